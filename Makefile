@@ -1,0 +1,68 @@
+# microbatch: `make demo` runs the main job, `make test` runs the whole suite. Both install what they need.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+KAFKA := deploy/kafka-local/kafka.sh
+PYTEST_ARGS ?=
+DEMO_ARGS ?=
+
+.PHONY: help venv test unit integration lint format demo kafka-up kafka-down kafka-status models clean
+
+help:
+	@echo "make demo        run both reference models on a local broker with generated traffic (~1 min)"
+	@echo "make test        install everything, lint, and run the whole test suite"
+	@echo "make kafka-up    start the local Apache Kafka broker (127.0.0.1:\$${KAFKA_PORT:-9092})"
+	@echo "make kafka-down  stop it"
+	@echo "make models      retrain and export the reference models"
+
+# The venv is rebuilt whenever pyproject.toml changes. uv installs the (large) torch wheels in seconds.
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip uv
+	$(BIN)/uv pip install -q --python $(BIN)/python -e '.[dev]'
+	touch $@
+
+venv: $(BIN)/.installed
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: venv
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+# The integration tests start the broker themselves (and stop it), unless KAFKA_BOOTSTRAP_SERVERS is set.
+test: venv lint
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+unit: venv
+	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)
+
+integration: venv
+	$(BIN)/python -m pytest tests/integration $(PYTEST_ARGS)
+
+kafka-up:
+	$(KAFKA) up
+
+kafka-down:
+	$(KAFKA) down
+
+kafka-status:
+	$(KAFKA) status
+
+# Starts the broker if it is not running, and stops it again afterwards only if it started it.
+demo: venv
+	@started=0; \
+	if ! $(KAFKA) status >/dev/null 2>&1; then $(KAFKA) up || exit 1; started=1; fi; \
+	$(BIN)/microbatch demo $(DEMO_ARGS); rc=$$?; \
+	if [ $$started = 1 ]; then $(KAFKA) down; fi; \
+	exit $$rc
+
+models: venv
+	$(BIN)/microbatch models build
+
+clean:
+	-$(KAFKA) down
+	rm -rf .local .pytest_cache .ruff_cache

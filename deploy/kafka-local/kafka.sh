@@ -1,0 +1,457 @@
+#!/usr/bin/env bash
+# A real single-node Apache Kafka broker (KRaft, combined broker+controller) for
+# development and integration tests, run from the Apache Kafka jars that Maven
+# fetches from Maven Central (see pom.xml beside this script). No Docker.
+#
+#   deploy/kafka-local/kafka.sh up       start (idempotent), wait until it answers Metadata
+#   deploy/kafka-local/kafka.sh down     stop by PID (SIGTERM, then SIGKILL after a bound)
+#   deploy/kafka-local/kafka.sh status   exit 0 if running and answering, 3 if stopped, 1 otherwise
+#   deploy/kafka-local/kafka.sh reset    down + delete the data (topics, offsets) and logs
+#
+# Environment:
+#   KAFKA_PORT             PLAINTEXT listener on 127.0.0.1 (default 9092)
+#   KAFKA_CONTROLLER_PORT  KRaft controller listener on 127.0.0.1 (default KAFKA_PORT+1)
+#   KAFKA_STATE_DIR        lib/, data/, logs/, pid file, configs (default <repo>/.local/kafka)
+#   KAFKA_HEAP             JVM heap flags (default "-Xmx512m -Xms256m")
+#   KAFKA_AUTO_CREATE      "false" disables auto.create.topics.enable (default true)
+#   KAFKA_START_TIMEOUT    seconds `up` waits for readiness (default 60)
+#   KAFKA_STOP_TIMEOUT     seconds `down` waits after SIGTERM before SIGKILL (default 20)
+#   KAFKA_CDS              "false" disables the class-data-sharing archive (default true): the
+#                          first start records the classes it loads into lib/kafka.jsa when it
+#                          is stopped, and later starts map it, which cuts start-up by ~40%.
+#
+# Everything listens on 127.0.0.1 only. Processes are started and stopped by PID only.
+set -euo pipefail
+
+SCRIPT_DIR="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)"
+REPO_ROOT="$(cd -- "$SCRIPT_DIR/../.." && pwd -P)"
+POM="$SCRIPT_DIR/pom.xml"
+
+HOST=127.0.0.1
+KAFKA_PORT="${KAFKA_PORT:-9092}"
+[[ "$KAFKA_PORT" =~ ^[0-9]{1,5}$ ]] || {
+    echo "kafka-local: error: KAFKA_PORT must be a TCP port number, got '$KAFKA_PORT'" >&2
+    exit 1
+}
+KAFKA_CONTROLLER_PORT="${KAFKA_CONTROLLER_PORT:-$((10#$KAFKA_PORT + 1))}"
+STATE_DIR="${KAFKA_STATE_DIR:-$REPO_ROOT/.local/kafka}"
+[[ "$STATE_DIR" == /* ]] || STATE_DIR="$PWD/$STATE_DIR"
+KAFKA_HEAP="${KAFKA_HEAP:--Xmx512m -Xms256m}"
+KAFKA_AUTO_CREATE="${KAFKA_AUTO_CREATE:-true}"
+START_TIMEOUT="${KAFKA_START_TIMEOUT:-60}"
+STOP_TIMEOUT="${KAFKA_STOP_TIMEOUT:-20}"
+KAFKA_CDS="${KAFKA_CDS:-true}"
+
+LIB_DIR="$STATE_DIR/lib"
+LIB_MARKER="$LIB_DIR/.complete"
+CDS_ARCHIVE="$LIB_DIR/kafka.jsa"
+DATA_DIR="$STATE_DIR/data"
+LOG_DIR="$STATE_DIR/logs"
+PID_FILE="$STATE_DIR/kafka.pid"
+PROPS="$STATE_DIR/server.properties"
+LOG4J_CONF="$STATE_DIR/log4j2.xml"
+LOCK_FILE="$STATE_DIR/.lock"
+SERVER_LOG="$LOG_DIR/server.log"
+STDOUT_LOG="$LOG_DIR/kafka.out"
+
+# A fixed KRaft cluster id (base64url of 16 bytes): the data dir is local and single-node.
+CLUSTER_ID="bWljcm9iYXRjaC1kZXYwMQ"
+NODE_ID=1
+
+log() { printf 'kafka-local: %s\n' "$*" >&2; }
+die() {
+    log "error: $*"
+    exit 1
+}
+
+for port_var in KAFKA_PORT KAFKA_CONTROLLER_PORT; do
+    if ! [[ "${!port_var}" =~ ^[0-9]{1,5}$ ]] || ((10#${!port_var} < 1 || 10#${!port_var} > 65535)); then
+        die "$port_var must be a TCP port number, got '${!port_var}'"
+    fi
+done
+[[ "$KAFKA_PORT" != "$KAFKA_CONTROLLER_PORT" ]] || die "KAFKA_PORT and KAFKA_CONTROLLER_PORT must differ"
+
+# ---------------------------------------------------------------------------- helpers
+
+# Serialise up/down/reset on one state dir (two test sessions starting at once).
+take_lock() {
+    mkdir -p "$STATE_DIR"
+    if command -v flock >/dev/null 2>&1; then
+        exec 9>"$LOCK_FILE"
+        flock -w 180 9 || die "timed out waiting for the lock $LOCK_FILE"
+    fi
+}
+
+read_pid() {
+    [[ -f "$PID_FILE" ]] || return 1
+    local pid
+    pid="$(tr -dc '0-9' <"$PID_FILE")"
+    [[ -n "$pid" ]] || return 1
+    printf '%s\n' "$pid"
+}
+
+# True if PID is alive AND is the broker started from this state dir (guards against PID reuse).
+is_our_broker() {
+    local pid="$1" args
+    kill -0 "$pid" 2>/dev/null || return 1
+    if [[ -r "/proc/$pid/cmdline" ]]; then
+        args="$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null)" || return 1
+    else
+        args="$(ps -ww -o args= -p "$pid" 2>/dev/null)" || return 1
+    fi
+    [[ "$args" == *kafka.Kafka*"$PROPS"* ]]
+}
+
+# PID of the running broker of this state dir, or failure.
+running_pid() {
+    local pid
+    pid="$(read_pid)" || return 1
+    is_our_broker "$pid" || return 1
+    printf '%s\n' "$pid"
+}
+
+# True if something accepts TCP connections on 127.0.0.1:$1.
+port_open() {
+    (exec 3<>"/dev/tcp/$HOST/$1") >/dev/null 2>&1
+}
+
+# The port this state dir's broker was configured with (from the last server.properties).
+configured_port() {
+    [[ -f "$PROPS" ]] || return 1
+    sed -n 's|^listeners=PLAINTEXT://[^:]*:\([0-9]*\).*|\1|p' "$PROPS" | head -n 1
+}
+
+# Readiness: a real Kafka Metadata (v4) round trip that lists at least one live broker, i.e.
+# the broker is registered with the KRaft controller and unfenced. Uses only the Python
+# standard library; falls back to "port open + 'Kafka Server started' in the log".
+PROBE_PY='
+import socket, struct, sys
+host, port = sys.argv[1], int(sys.argv[2])
+client_id = b"kafka-local-probe"
+# RequestHeader v1 + MetadataRequest v4: topics=[] (none), allow_auto_topic_creation=false
+body = struct.pack(">hhih", 3, 4, 7, len(client_id)) + client_id + struct.pack(">ib", 0, 0)
+try:
+    with socket.create_connection((host, port), timeout=2) as s:
+        s.settimeout(2)
+        s.sendall(struct.pack(">i", len(body)) + body)
+        def read(n):
+            buf = b""
+            while len(buf) < n:
+                chunk = s.recv(n - len(buf))
+                if not chunk:
+                    raise EOFError("connection closed by the broker")
+                buf += chunk
+            return buf
+        (size,) = struct.unpack(">i", read(4))
+        resp = read(size)
+except (OSError, EOFError) as exc:
+    print(f"metadata probe: {exc}")
+    sys.exit(1)
+corr, _throttle, nbrokers = struct.unpack(">iii", resp[:12])
+if corr != 7 or nbrokers < 1:
+    print(f"metadata probe: {nbrokers} live brokers")
+    sys.exit(1)
+'
+
+broker_ready() {
+    local port="${1:-$KAFKA_PORT}"
+    if command -v python3 >/dev/null 2>&1; then
+        python3 -c "$PROBE_PY" "$HOST" "$port" >/dev/null 2>&1
+    else
+        port_open "$port" && grep -q 'Kafka Server started' "$SERVER_LOG" 2>/dev/null
+    fi
+}
+
+# Lines of server.log written before this start, so that failures show only this run's lines.
+SERVER_LOG_SKIP=0
+
+show_logs() {
+    if [[ -s "$STDOUT_LOG" ]]; then
+        log "---- last 40 lines of $STDOUT_LOG ----"
+        tail -n 40 "$STDOUT_LOG" >&2
+    fi
+    if [[ -s "$SERVER_LOG" ]] && (($(wc -l <"$SERVER_LOG") > SERVER_LOG_SKIP)); then
+        log "---- last 40 lines of $SERVER_LOG (this start) ----"
+        tail -n "+$((SERVER_LOG_SKIP + 1))" "$SERVER_LOG" | tail -n 40 >&2
+    fi
+}
+
+who_listens() {
+    if command -v ss >/dev/null 2>&1; then
+        ss -H -ltnp "sport = :$1" 2>/dev/null | head -n 3 >&2 || true
+    fi
+}
+
+# ---------------------------------------------------------------------------- jars
+
+pom_hash() {
+    cksum <"$POM" | cut -d' ' -f1
+}
+
+ensure_jars() {
+    local want
+    want="$(pom_hash)"
+    if [[ -f "$LIB_MARKER" && "$(cat "$LIB_MARKER")" == "$want" ]]; then
+        return 0
+    fi
+    command -v mvn >/dev/null 2>&1 || die "Maven (mvn) is needed to fetch the Kafka jars"
+    log "fetching the Kafka jars with Maven into $LIB_DIR ..."
+    local tmp="$STATE_DIR/lib.partial" out="$STATE_DIR/maven.out"
+    rm -rf "$tmp"
+    # -q still prints a few colour escapes with Debian's Maven 3.8: keep the output in a file.
+    if ! mvn -q -B -Dstyle.color=never -f "$POM" dependency:copy-dependencies \
+        -DoutputDirectory="$tmp" -DincludeScope=runtime >"$out" 2>&1; then
+        cat "$out" >&2
+        rm -rf "$tmp"
+        die "Maven could not fetch the Kafka jars (output above, also in $out)"
+    fi
+    compgen -G "$tmp/kafka_2.13-*.jar" >/dev/null || die "Maven finished but no kafka_2.13 jar is in $tmp"
+    printf '%s\n' "$want" >"$tmp/.complete"
+    rm -rf "$LIB_DIR"
+    mv "$tmp" "$LIB_DIR"
+}
+
+# ---------------------------------------------------------------------------- configs
+
+write_configs() {
+    mkdir -p "$DATA_DIR" "$LOG_DIR"
+    local auto_create=true
+    if [[ "${KAFKA_AUTO_CREATE,,}" == "false" || "$KAFKA_AUTO_CREATE" == "0" ]]; then
+        auto_create=false
+    fi
+    cat >"$PROPS" <<EOF
+# Written by deploy/kafka-local/kafka.sh on every 'up'; edits are overwritten.
+process.roles=broker,controller
+node.id=$NODE_ID
+controller.quorum.voters=$NODE_ID@$HOST:$KAFKA_CONTROLLER_PORT
+listeners=PLAINTEXT://$HOST:$KAFKA_PORT,CONTROLLER://$HOST:$KAFKA_CONTROLLER_PORT
+advertised.listeners=PLAINTEXT://$HOST:$KAFKA_PORT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+inter.broker.listener.name=PLAINTEXT
+controller.listener.names=CONTROLLER
+log.dirs=$DATA_DIR
+num.partitions=1
+default.replication.factor=1
+min.insync.replicas=1
+auto.create.topics.enable=$auto_create
+delete.topic.enable=true
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=10
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+group.initial.rebalance.delay.ms=0
+# Single node on a small machine: fewer threads, quicker unfencing at start.
+num.network.threads=2
+num.io.threads=4
+num.recovery.threads.per.data.dir=1
+background.threads=4
+broker.heartbeat.interval.ms=500
+log.retention.hours=24
+log.segment.bytes=67108864
+EOF
+    cat >"$LOG4J_CONF" <<EOF
+<?xml version="1.0" encoding="UTF-8"?>
+<!-- Written by deploy/kafka-local/kafka.sh. -->
+<Configuration status="WARN">
+  <Appenders>
+    <RollingFile name="server" fileName="$SERVER_LOG" filePattern="$LOG_DIR/server.log.%i">
+      <PatternLayout pattern="[%d] %p %m (%c)%n"/>
+      <Policies><SizeBasedTriggeringPolicy size="20 MB"/></Policies>
+      <DefaultRolloverStrategy max="3"/>
+    </RollingFile>
+  </Appenders>
+  <Loggers>
+    <Logger name="org.apache.kafka.common.config.AbstractConfig" level="WARN"/>
+    <Logger name="kafka.request.logger" level="WARN"/>
+    <Logger name="kafka.network.RequestChannel\$" level="WARN"/>
+    <Logger name="org.apache.kafka.controller" level="INFO"/>
+    <Logger name="kafka.log.LogCleaner" level="WARN"/>
+    <Logger name="state.change.logger" level="WARN"/>
+    <Logger name="kafka.authorizer.logger" level="WARN"/>
+    <Root level="INFO"><AppenderRef ref="server"/></Root>
+  </Loggers>
+</Configuration>
+EOF
+}
+
+format_storage() {
+    [[ -f "$DATA_DIR/meta.properties" ]] && return 0
+    log "formatting KRaft storage in $DATA_DIR (cluster id $CLUSTER_ID)"
+    if ! java -Xmx256m -Dlog4j2.configurationFile="$LOG4J_CONF" -cp "$LIB_DIR/*" \
+        kafka.tools.StorageTool format --config "$PROPS" --cluster-id "$CLUSTER_ID" \
+        --ignore-formatted >"$LOG_DIR/format.out" 2>&1; then
+        cat "$LOG_DIR/format.out" >&2
+        die "kafka-storage format failed"
+    fi
+}
+
+# ---------------------------------------------------------------------------- commands
+
+cmd_up() {
+    local t0=$SECONDS pid
+    command -v java >/dev/null 2>&1 || die "java (17 or newer) is needed"
+    take_lock
+
+    if pid="$(running_pid)"; then
+        local port
+        port="$(configured_port || true)"
+        if [[ "$port" != "$KAFKA_PORT" ]]; then
+            die "the broker of $STATE_DIR is already running (pid $pid) on port ${port:-?}," \
+                "not $KAFKA_PORT; run '$0 down' first or use another KAFKA_STATE_DIR"
+        fi
+        if broker_ready "$KAFKA_PORT"; then
+            log "already running (pid $pid) on $HOST:$KAFKA_PORT"
+            echo "$HOST:$KAFKA_PORT"
+            return 0
+        fi
+        log "running (pid $pid) but not answering yet; waiting"
+    else
+        rm -f "$PID_FILE"
+        local p
+        for p in "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT"; do
+            if port_open "$p"; then
+                who_listens "$p"
+                die "port $HOST:$p is already in use by another process (not the broker of" \
+                    "$STATE_DIR); stop it or choose KAFKA_PORT / KAFKA_CONTROLLER_PORT"
+            fi
+        done
+
+        ensure_jars
+        write_configs
+        format_storage
+
+        # shellcheck disable=SC2206 # word splitting of the heap flags is intended
+        local heap=($KAFKA_HEAP)
+        local jvm=(
+            "${heap[@]}"
+            -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:+ExplicitGCInvokesConcurrent
+            -XX:+ExitOnOutOfMemoryError
+            -Djava.awt.headless=true
+            -Dlog4j2.configurationFile="$LOG4J_CONF"
+            -Dkafka.logs.dir="$LOG_DIR"
+        )
+        # Class-data sharing: map the archive if a previous clean stop wrote one, else record
+        # one (the JVM writes it when it exits; 'down' keeps it only after a clean exit).
+        rm -f "$CDS_ARCHIVE.new"
+        if [[ "${KAFKA_CDS,,}" != "false" && "$KAFKA_CDS" != "0" ]]; then
+            if [[ -s "$CDS_ARCHIVE" ]]; then
+                jvm+=(-XX:SharedArchiveFile="$CDS_ARCHIVE")
+            else
+                jvm+=(-XX:ArchiveClassesAtExit="$CDS_ARCHIVE.new")
+            fi
+            jvm+=(-Xlog:cds=off -Xlog:cds+dynamic=off)
+        fi
+        local launcher=(nohup)
+        command -v setsid >/dev/null 2>&1 && launcher=(setsid nohup)
+        : >"$STDOUT_LOG"
+        if [[ -f "$SERVER_LOG" ]]; then SERVER_LOG_SKIP="$(wc -l <"$SERVER_LOG")"; fi
+        # 9>&-: the broker must not inherit (and so hold) the state dir lock.
+        "${launcher[@]}" java "${jvm[@]}" -cp "$LIB_DIR/*" kafka.Kafka "$PROPS" \
+            >>"$STDOUT_LOG" 2>&1 </dev/null 9>&- &
+        pid=$!
+        printf '%s\n' "$pid" >"$PID_FILE"
+        log "started broker pid $pid on $HOST:$KAFKA_PORT (controller $HOST:$KAFKA_CONTROLLER_PORT)"
+    fi
+
+    local deadline=$((SECONDS + START_TIMEOUT))
+    while ! broker_ready "$KAFKA_PORT"; do
+        if ! kill -0 "$pid" 2>/dev/null; then
+            rm -f "$PID_FILE" "$CDS_ARCHIVE.new"
+            show_logs
+            die "the broker exited during start-up"
+        fi
+        if ((SECONDS >= deadline)); then
+            show_logs
+            log "not ready after ${START_TIMEOUT}s; stopping pid $pid"
+            stop_pid "$pid" || true
+            rm -f "$PID_FILE" "$CDS_ARCHIVE.new"
+            die "the broker did not become ready on $HOST:$KAFKA_PORT within ${START_TIMEOUT}s"
+        fi
+        sleep 0.2
+    done
+    log "ready on $HOST:$KAFKA_PORT after $((SECONDS - t0))s"
+    echo "$HOST:$KAFKA_PORT"
+}
+
+# SIGTERM, wait up to STOP_TIMEOUT, then SIGKILL. Returns 1 if SIGKILL was needed.
+stop_pid() {
+    local pid="$1" deadline _
+    kill -TERM "$pid" 2>/dev/null || return 0
+    deadline=$((SECONDS + STOP_TIMEOUT))
+    while kill -0 "$pid" 2>/dev/null; do
+        if ((SECONDS >= deadline)); then
+            log "pid $pid still alive ${STOP_TIMEOUT}s after SIGTERM; sending SIGKILL"
+            kill -KILL "$pid" 2>/dev/null || true
+            for _ in $(seq 50); do
+                kill -0 "$pid" 2>/dev/null || break
+                sleep 0.1
+            done
+            return 1
+        fi
+        sleep 0.2
+    done
+}
+
+# Keep a CDS archive only if the JVM that wrote it exited cleanly.
+settle_cds_archive() {
+    if [[ "${1:-clean}" == clean && -s "$CDS_ARCHIVE.new" ]]; then
+        mv -f "$CDS_ARCHIVE.new" "$CDS_ARCHIVE"
+    fi
+    rm -f "$CDS_ARCHIVE.new"
+}
+
+cmd_down() {
+    take_lock
+    local pid
+    if ! pid="$(read_pid)"; then
+        log "not running"
+        return 0
+    fi
+    if is_our_broker "$pid"; then
+        log "stopping broker pid $pid"
+        if stop_pid "$pid"; then
+            settle_cds_archive clean
+        else
+            settle_cds_archive killed
+        fi
+        log "stopped"
+    else
+        log "stale pid file (pid $pid is not this state dir's broker); removing it"
+        settle_cds_archive stale
+    fi
+    rm -f "$PID_FILE"
+}
+
+cmd_status() {
+    local pid port
+    if pid="$(running_pid)"; then
+        port="$(configured_port || echo "$KAFKA_PORT")"
+        if broker_ready "$port"; then
+            echo "running: pid $pid, bootstrap $HOST:$port, state $STATE_DIR"
+            return 0
+        fi
+        echo "running but not answering: pid $pid, port $port, state $STATE_DIR"
+        return 1
+    fi
+    echo "stopped (state $STATE_DIR)"
+    return 3
+}
+
+cmd_reset() {
+    cmd_down
+    log "deleting $DATA_DIR and $LOG_DIR"
+    rm -rf "$DATA_DIR" "$LOG_DIR"
+}
+
+case "${1:-}" in
+up) cmd_up ;;
+down) cmd_down ;;
+status) cmd_status ;;
+reset) cmd_reset ;;
+*)
+    echo "usage: $0 {up|down|status|reset}" >&2
+    exit 2
+    ;;
+esac

@@ -1,0 +1,307 @@
+"""Settings: one class per concern, nested under one root :class:`Settings`.
+
+Every value comes from environment variables named ``MICROBATCH_<SECTION>__<FIELD>`` (e.g.
+``MICROBATCH_BATCH__MAX_SIZE``) or from an optional ``.env`` file. Build the settings once in ``main()`` with
+:func:`load_settings` and pass them down; nothing here is module-global.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal, get_origin
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from service.errors import ConfigError
+
+ENV_PREFIX = "MICROBATCH_"
+ENV_DELIMITER = "__"
+
+_TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+_PROVIDER_ALIASES = {
+    "cuda": "CUDAExecutionProvider",
+    "cpu": "CPUExecutionProvider",
+    "tensorrt": "TensorrtExecutionProvider",
+    "rocm": "ROCMExecutionProvider",
+    "openvino": "OpenVINOExecutionProvider",
+}
+
+KafkaValue = str | int | float | bool
+
+
+def _split_list(value: Any) -> Any:
+    """Accept ``a,b,c`` as well as a JSON list, so ``MICROBATCH_INPUT__TOPICS=logs,metrics`` just works."""
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("["):
+            return json.loads(text)
+        return [part.strip() for part in text.split(",") if part.strip()]
+    return value
+
+
+CsvList = Annotated[list[str], NoDecode]
+
+
+def _check_topic(name: str) -> str:
+    if not _TOPIC_RE.match(name) or name in {".", ".."}:
+        raise ValueError(f"{name!r} is not a legal Kafka topic name (letters, digits, '.', '_', '-'; 1-249)")
+    return name
+
+
+class _Section(BaseModel):
+    # A misspelt variable (MICROBATCH_BATCH__MAX_SIZ) must fail loudly, not be ignored.
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class KafkaSettings(_Section):
+    """Connection to the cluster; shared by the consumer and the producer."""
+
+    bootstrap_servers: str = "127.0.0.1:9092"
+    group_id: str = "microbatch"
+    client_id: str = "microbatch"
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"] | None = None
+    sasl_username: str | None = None
+    sasl_password: SecretStr | None = None
+    auto_offset_reset: Literal["earliest", "latest"] = "earliest"
+    session_timeout_ms: int = Field(45_000, ge=1_000)
+    max_poll_interval_ms: int = Field(300_000, ge=1_000)
+    extra: dict[str, KafkaValue] = Field(default_factory=dict)
+    """librdkafka options passed to both clients, as a JSON object."""
+    consumer_extra: dict[str, KafkaValue] = Field(default_factory=dict)
+    producer_extra: dict[str, KafkaValue] = Field(default_factory=dict)
+
+    def _common(self) -> dict[str, KafkaValue]:
+        conf: dict[str, KafkaValue] = {
+            "bootstrap.servers": self.bootstrap_servers,
+            "client.id": self.client_id,
+            "security.protocol": self.security_protocol,
+        }
+        if self.sasl_mechanism:
+            conf["sasl.mechanism"] = self.sasl_mechanism
+        if self.sasl_username:
+            conf["sasl.username"] = self.sasl_username
+        if self.sasl_password:
+            conf["sasl.password"] = self.sasl_password.get_secret_value()
+        return conf | self.extra
+
+    def consumer_config(self) -> dict[str, KafkaValue]:
+        """librdkafka consumer options. Offsets are stored only by the service, after delivery."""
+        return (
+            self._common()
+            | {
+                "group.id": self.group_id,
+                "auto.offset.reset": self.auto_offset_reset,
+                "enable.auto.offset.store": False,
+                # Auto-commit only ever commits offsets the service stored, i.e. delivered ones.
+                "enable.auto.commit": True,
+                "auto.commit.interval.ms": 1000,
+                "session.timeout.ms": self.session_timeout_ms,
+                "max.poll.interval.ms": self.max_poll_interval_ms,
+            }
+            | self.consumer_extra
+        )
+
+    def producer_config(self) -> dict[str, KafkaValue]:
+        """librdkafka producer options: idempotent, acks=all, so a retry can neither lose nor reorder."""
+        return (
+            self._common()
+            | {
+                "enable.idempotence": True,
+                "acks": "all",
+                "linger.ms": 5,
+                "compression.type": "lz4",
+            }
+            | self.producer_extra
+        )
+
+    def summary(self) -> dict[str, Any]:
+        """What start-up logs: everything but secrets."""
+        return {
+            "bootstrap_servers": self.bootstrap_servers,
+            "group_id": self.group_id,
+            "security_protocol": self.security_protocol,
+        }
+
+
+class InputSettings(_Section):
+    """What to consume."""
+
+    topics: CsvList = Field(default_factory=list)
+    max_value_bytes: int = Field(1_048_576, ge=1)
+    """Larger values go to the dead-letter topic as ``value_too_large``."""
+    idle_poll_ms: int = Field(100, ge=1, le=10_000)
+    """How long one consume call may block while no batch is open."""
+
+    @field_validator("topics", mode="before")
+    @classmethod
+    def _split(cls, value: Any) -> Any:
+        return _split_list(value)
+
+    @field_validator("topics")
+    @classmethod
+    def _legal(cls, value: list[str]) -> list[str]:
+        return [_check_topic(t) for t in value]
+
+
+class OutputSettings(_Section):
+    """Where results go."""
+
+    topic: str = "microbatch-results"
+    flush_timeout_s: float = Field(30.0, gt=0)
+    """Upper bound on waiting for outstanding deliveries at revoke and shutdown."""
+
+    _legal = field_validator("topic")(classmethod(lambda cls, v: _check_topic(v)))
+
+
+class DlqSettings(_Section):
+    """Where rejected messages go, unchanged, with error headers."""
+
+    topic: str = "microbatch-dlq"
+
+    _legal = field_validator("topic")(classmethod(lambda cls, v: _check_topic(v)))
+
+
+class BatchSettings(_Section):
+    """Micro-batching: flush at ``max_size`` items or when the oldest item has waited ``max_wait_ms``."""
+
+    min_size: int = Field(4, ge=1, le=65_536)
+    # validate_default: the check against min_size must run when only MIN_SIZE is set, too.
+    max_size: int = Field(16, ge=1, le=65_536, validate_default=True)
+    max_wait_ms: float = Field(50.0, gt=0, le=60_000)
+
+    @field_validator("max_size")
+    @classmethod
+    def _not_below_min(cls, value: int, info: Any) -> int:
+        low = info.data.get("min_size")
+        if low is not None and value < low:
+            raise ValueError(f"must be >= MICROBATCH_BATCH__MIN_SIZE ({low})")
+        return value
+
+
+class ModelSettings(_Section):
+    """Which model to serve and how to feed it.
+
+    Either ``name`` picks a reference model shipped with the service, or ``path`` points at the user's own
+    ONNX file. Processor fields left unset are read from the model's ``microbatch.*`` metadata.
+    """
+
+    name: str | None = None
+    path: Path | None = None
+    providers: CsvList = Field(default_factory=lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"])
+    intra_op_threads: int = Field(0, ge=0, le=256)
+    """0 lets ONNX Runtime choose (one thread per core)."""
+    processor: str | None = None
+    """``features``, ``text``, or ``package.module:Class`` for a processor of your own."""
+    version: str | None = None
+    features: CsvList | None = None
+    text_field: str | None = None
+    tokenizer: Path | None = None
+    max_length: int | None = Field(None, ge=1, le=65_536)
+    labels: CsvList | None = None
+
+    @field_validator("providers", "features", "labels", mode="before")
+    @classmethod
+    def _split(cls, value: Any) -> Any:
+        return _split_list(value)
+
+    @field_validator("providers")
+    @classmethod
+    def _canonical(cls, value: list[str]) -> list[str]:
+        if not value:
+            raise ValueError("at least one execution provider is required")
+        return [_PROVIDER_ALIASES.get(p.lower(), p) for p in value]
+
+    @field_validator("path", "tokenizer")
+    @classmethod
+    def _exists(cls, value: Path | None) -> Path | None:
+        if value is not None and not value.is_file():
+            raise ValueError(f"no such file: {value}")
+        return value
+
+
+class LogSettings(_Section):
+    """Logging and the periodic stats line."""
+
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    format: Literal["auto", "json", "console"] = "auto"
+    """``auto`` is console on a terminal, JSON otherwise."""
+    stats_interval_s: float = Field(10.0, gt=0)
+
+
+class Settings(BaseSettings):
+    """The root of all settings."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter=ENV_DELIMITER,
+        env_file=".env",
+        env_file_encoding="utf-8",
+        extra="ignore",
+        frozen=True,
+    )
+
+    kafka: KafkaSettings = Field(default_factory=KafkaSettings)
+    input: InputSettings = Field(default_factory=InputSettings)
+    output: OutputSettings = Field(default_factory=OutputSettings)
+    dlq: DlqSettings = Field(default_factory=DlqSettings)
+    batch: BatchSettings = Field(default_factory=BatchSettings)
+    model: ModelSettings = Field(default_factory=ModelSettings)
+    log: LogSettings = Field(default_factory=LogSettings)
+
+
+def env_name(loc: tuple[str | int, ...]) -> str:
+    """``("batch", "max_size", ...)`` -> ``MICROBATCH_BATCH__MAX_SIZE``: the name a user has to fix.
+    Settings are two levels deep; anything further in the location is inside the value itself."""
+    parts = [str(p).upper() for p in loc[:2]]
+    return ENV_PREFIX + ENV_DELIMITER.join(parts)
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Read the environment (and ``.env``). Raises :class:`ConfigError` naming the first bad setting."""
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        err = exc.errors(include_url=False)[0]
+        message = err["msg"].removeprefix("Value error, ")
+        if err["type"] not in {"missing", "extra_forbidden"} and "input" in err:
+            message += f" (got {err['input']!r})"
+        if err["type"] == "extra_forbidden":
+            message = "unknown setting"
+        raise ConfigError(env_name(err["loc"]), message) from None
+    except ValueError as exc:  # pydantic-settings reports an undecodable JSON value this way
+        raise ConfigError(_undecodable_setting(str(exc)), "not valid JSON") from None
+
+
+def _undecodable_setting(text: str) -> str:
+    """Find the variable behind pydantic-settings' 'error parsing value for field "kafka"'."""
+    match = re.search(r'field "(\w+)"', text)
+    if not match or match.group(1) not in Settings.model_fields:
+        return ENV_PREFIX.rstrip("_")
+    section = match.group(1)
+    model = Settings.model_fields[section].annotation
+    for field_name, info in model.model_fields.items():
+        if NoDecode in info.metadata:  # lists take "a,b,c" and are never parsed as JSON here
+            continue
+        value = os.environ.get(env_name((section, field_name)))
+        if value is None:
+            continue
+        try:
+            json.loads(value)
+        except ValueError:
+            if get_origin(info.annotation) in (dict, list):
+                return env_name((section, field_name))
+    return env_name((section,))
+
+
+def require_topics(settings: Settings) -> None:
+    """``run`` needs at least one input topic, and inputs must differ from the outputs."""
+    if not settings.input.topics:
+        raise ConfigError("MICROBATCH_INPUT__TOPICS", "at least one input topic is required")
+    for name, topic in (("OUTPUT", settings.output.topic), ("DLQ", settings.dlq.topic)):
+        if topic in settings.input.topics:
+            raise ConfigError(f"MICROBATCH_{name}__TOPIC", f"{topic!r} is also an input topic")

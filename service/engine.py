@@ -1,0 +1,102 @@
+"""The one module that touches ONNX Runtime: load a model, pick providers, run batches."""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+import structlog
+
+from service.errors import ConfigError
+
+Tensors = dict[str, np.ndarray]
+
+_GPU_PROVIDERS = {"CUDAExecutionProvider", "TensorrtExecutionProvider"}
+_log = structlog.get_logger("microbatch.engine")
+
+
+def cuda_device_count() -> int:
+    """How many CUDA devices the driver reports; 0 when there is no driver or no GPU.
+
+    Asked of the driver directly because onnxruntime-gpu lists CUDAExecutionProvider as available even on
+    machines without a GPU, and then prints ERROR lines when a session tries to use it.
+    """
+    try:
+        driver = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return 0
+    count = ctypes.c_int(0)
+    if driver.cuInit(0) != 0 or driver.cuDeviceGetCount(ctypes.byref(count)) != 0:
+        return 0
+    return count.value
+
+
+def choose_providers(
+    requested: Sequence[str], known: Sequence[str], available: Sequence[str], cuda_devices: int
+) -> tuple[list[str], list[str]]:
+    """Split ``requested`` into (usable in order, dropped). Pure, so it is testable without a GPU.
+
+    Raises ConfigError naming MICROBATCH_MODEL__PROVIDERS for a provider ONNX Runtime does not know, or
+    when none of the requested ones can run here.
+    """
+    unknown = [p for p in requested if p not in known]
+    if unknown:
+        raise ConfigError(
+            "MICROBATCH_MODEL__PROVIDERS", f"unknown provider(s) {unknown}; known: {list(known)}"
+        )
+    usable, dropped = [], []
+    for provider in requested:
+        ok = provider in available and (provider not in _GPU_PROVIDERS or cuda_devices > 0)
+        (usable if ok else dropped).append(provider)
+    if not usable:
+        why = "no CUDA device found" if set(requested) & _GPU_PROVIDERS and not cuda_devices else ""
+        raise ConfigError(
+            "MICROBATCH_MODEL__PROVIDERS",
+            f"none of {list(requested)} can run here ({why or 'not in this ONNX Runtime build'}); "
+            f"available: {list(available)}; add CPUExecutionProvider to fall back",
+        )
+    return usable, dropped
+
+
+class Engine:
+    """An InferenceSession plus what the pipeline needs to know about it.
+
+    ``provider`` is the provider actually serving (the first of the session's). ``run`` is thread-safe
+    and releases the GIL while ONNX Runtime computes.
+    """
+
+    def __init__(self, path: Path, providers: Sequence[str], intra_op_threads: int = 0) -> None:
+        usable, dropped = choose_providers(
+            providers, ort.get_all_providers(), ort.get_available_providers(), cuda_device_count()
+        )
+        if dropped:
+            _log.warning("providers_unavailable", dropped=dropped, using=usable)
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = intra_op_threads
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.log_severity_level = 3  # ONNX Runtime's own warnings are noise; errors still print
+        try:
+            self._session = ort.InferenceSession(str(path), options, providers=usable)
+        except Exception as exc:  # ORT raises its own Fail/InvalidGraph/InvalidProtobuf/NoSuchFile types
+            raise ConfigError("MICROBATCH_MODEL__PATH", f"cannot load {path}: {exc}") from None
+        self.path = path
+        self.provider: str = self._session.get_providers()[0]
+        if self.provider != usable[0]:
+            _log.warning("provider_fallback", requested=usable[0], using=self.provider)
+        self.input_names = tuple(i.name for i in self._session.get_inputs())
+        self.output_names = tuple(o.name for o in self._session.get_outputs())
+        self.metadata: dict[str, str] = dict(self._session.get_modelmeta().custom_metadata_map)
+
+    def run(self, feeds: Tensors) -> Tensors:
+        """Run one batch. Raises whatever ONNX Runtime raises (bad input, out of memory): the caller
+        splits the batch and retries, so only the items that fail alone are rejected."""
+        outputs = self._session.run(None, feeds)
+        return dict(zip(self.output_names, outputs, strict=True))
+
+    def describe(self) -> dict[str, Any]:
+        """For the start-up log line."""
+        return {"path": str(self.path), "provider": self.provider, "inputs": self.input_names}

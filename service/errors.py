@@ -1,0 +1,61 @@
+"""Every error the service raises on purpose, in one place.
+
+Errors about one message carry that message's coordinates and raw bytes (see :class:`Rejection`), so a
+dead-letter record can be written from the error alone.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Reason(StrEnum):
+    """The closed set of dead-letter reason codes (the ``error.reason`` header)."""
+
+    EMPTY_VALUE = "empty_value"
+    """The value is null (a tombstone) or zero bytes long."""
+    VALUE_TOO_LARGE = "value_too_large"
+    """The value is longer than ``MICROBATCH_INPUT__MAX_VALUE_BYTES``."""
+    INVALID_UTF8 = "invalid_utf8"
+    """The value is not valid UTF-8 text."""
+    INVALID_JSON = "invalid_json"
+    """The value is not a JSON document where the processor expects one."""
+    INVALID_EVENT = "invalid_event"
+    """Well-formed JSON of the wrong shape: not an object, a field missing, mistyped or not finite."""
+    INFERENCE_ERROR = "inference_error"
+    """The model failed on this item even when run alone."""
+    INVALID_OUTPUT = "invalid_output"
+    """The model returned a non-finite value (NaN or infinity) for this item."""
+
+
+class MicrobatchError(Exception):
+    """Base class of the service's own errors."""
+
+
+class ConfigError(MicrobatchError):
+    """A setting is invalid; the service must not start. ``setting`` is the environment variable name."""
+
+    def __init__(self, setting: str, message: str) -> None:
+        super().__init__(f"invalid setting {setting}: {message}")
+        self.setting = setting
+
+
+class InvalidMessage(MicrobatchError):
+    """A processor cannot turn a message into an item; the message goes to the dead-letter topic."""
+
+    def __init__(self, reason: Reason, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+class OffsetOrderError(MicrobatchError):
+    """An offset was tracked out of order or acknowledged without being tracked: a bug, never bad input."""
+
+
+class BatchMismatchError(MicrobatchError):
+    """A processor or model returned a different number of results than the batch had inputs."""
+
+
+class FatalKafkaError(MicrobatchError):
+    """librdkafka reported a fatal error (e.g. the idempotent producer was fenced); the service must stop."""

@@ -1,0 +1,227 @@
+"""The service loop: consume -> decode -> batch -> infer -> produce -> store offsets.
+
+Everything with I/O is injected behind a small Protocol, so this file is plain control flow that unit
+tests drive with fakes and a fake clock, and integration tests drive with the real clients.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Protocol
+
+import numpy as np
+import structlog
+
+from service.batcher import Batcher
+from service.config import Settings
+from service.decode import decode
+from service.errors import BatchMismatchError, InvalidMessage, Reason
+from service.offsets import OffsetTracker
+from service.outputs import ModelRef, dead_letter, result_record
+from service.processors import Processor, ResultOrError, Tensors
+from service.records import Decoded, InputRecord, OutRecord, Rejection, TopicPartition
+from service.source import RebalanceListener
+from service.stats import Stats
+
+_log = structlog.get_logger("microbatch.pipeline")
+
+
+class SourceLike(Protocol):
+    def subscribe(self, topics: list[str], listener: RebalanceListener) -> None: ...
+    def consume(self, max_messages: int, timeout_s: float) -> list[InputRecord]: ...
+    def store(self, offsets: dict[TopicPartition, int]) -> None: ...
+    def commit(self) -> None: ...
+    def close(self) -> None: ...
+
+
+class SinkLike(Protocol):
+    def send(self, out: OutRecord) -> None: ...
+    def poll(self, timeout_s: float = 0.0) -> list[InputRecord]: ...
+    def flush(self, timeout_s: float) -> list[InputRecord]: ...
+    def pending(self) -> int: ...
+
+
+class EngineLike(Protocol):
+    def run(self, feeds: Tensors) -> Tensors: ...
+
+
+class Pipeline:
+    """Owns the batcher, the offset tracker and the stats; drives the source, engine and sink.
+
+    Not thread-safe: :meth:`run` and the rebalance callbacks (which librdkafka calls from inside
+    ``consume``) all happen on the thread that called :meth:`run`. :meth:`stop` may be called from a
+    signal handler: it only flips a flag.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        source: SourceLike,
+        sink: SinkLike,
+        engine: EngineLike,
+        processor: Processor,
+        model: ModelRef,
+        clock: Callable[[], float] = time.monotonic,
+        wall_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+    ) -> None:
+        self._settings = settings
+        self._source = source
+        self._sink = sink
+        self._engine = engine
+        self._processor = processor
+        self._model = model
+        self._clock = clock
+        self._wall_ms = wall_ms
+        batch = settings.batch
+        self._batcher: Batcher[Decoded] = Batcher(batch.max_size, batch.max_wait_ms / 1000, clock)
+        self._tracker = OffsetTracker()
+        self.stats = Stats(clock)
+        self._running = True
+
+    # -- the loop -------------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Process until :meth:`stop`; then finish what was consumed, flush, commit and close."""
+        self._source.subscribe(self._settings.input.topics, self)
+        while self._running:
+            for record in self._source.consume(*self._consume_plan()):
+                self._accept(record)
+            while self._batcher.ready():
+                self._process(self._batcher.take())
+            self._acknowledge(self._sink.poll(0))
+            self._log_stats()
+        self._shutdown()
+
+    def stop(self) -> None:
+        """Ask the loop to finish. Safe from a signal handler."""
+        self._running = False
+
+    def _consume_plan(self) -> tuple[int, float]:
+        """How many messages to ask for, and how long consume may block.
+
+        librdkafka's consume(n, timeout) returns only when it has n messages or the timeout expires, so:
+        with no batch open, ask for ONE message (it returns as soon as one arrives, which opens the
+        batch); with a batch open, ask for exactly what fills it and block no longer than its deadline.
+        """
+        due = self._batcher.time_until_due()
+        if due is None:
+            return 1, self._settings.input.idle_poll_ms / 1000
+        return self._batcher.max_size - len(self._batcher), due
+
+    def _accept(self, record: InputRecord) -> None:
+        self._tracker.track(record.tp, record.offset)
+        self.stats.events_in += 1
+        outcome = decode(record, self._processor.parse, self._settings.input.max_value_bytes)
+        if isinstance(outcome, Rejection):
+            self._reject(outcome)
+        else:
+            self._batcher.add(outcome, record.received)
+
+    def _process(self, batch: list[Decoded]) -> None:
+        """Infer one batch and queue one output per input, in input order."""
+        produced_ms = self._wall_ms()
+        now = self._clock()
+        topic = self._settings.output.topic
+        event_ms = []
+        for item, result in self._infer(batch):
+            record = item.record
+            if isinstance(result, InvalidMessage):
+                self._reject(Rejection(record, result.reason, result.detail))
+                continue
+            consumed_ms = produced_ms - int((now - record.received) * 1000)
+            self._sink.send(
+                result_record(record, topic, self._model, result, len(batch), consumed_ms, produced_ms)
+            )
+            event_ms.append(record.timestamp_ms or consumed_ms)
+        self.stats.results_out += len(event_ms)
+        self.stats.batch(len(batch), produced_ms - np.asarray(event_ms, dtype=np.float64))
+
+    def _infer(self, batch: Sequence[Decoded]) -> Iterator[tuple[Decoded, ResultOrError]]:
+        """Yield (item, result) for every item. A batch that fails is split in halves and retried, so a
+        failure (a bad item, or running out of GPU memory on a big batch) costs only the items that fail
+        when run alone; those get ``inference_error``."""
+        try:
+            tensors = self._processor.preprocess([d.item for d in batch])
+            results = self._processor.postprocess(self._engine.run(tensors), len(batch))
+            if len(results) != len(batch):
+                raise BatchMismatchError(f"{len(results)} results for {len(batch)} inputs")
+        except Exception as exc:
+            if len(batch) == 1:
+                failure = InvalidMessage(Reason.INFERENCE_ERROR, f"{type(exc).__name__}: {exc}"[:500])
+                yield batch[0], failure
+                return
+            _log.warning(
+                "batch_failed_splitting", size=len(batch), error=f"{type(exc).__name__}: {exc}"[:300]
+            )
+            half = len(batch) // 2
+            yield from self._infer(batch[:half])
+            yield from self._infer(batch[half:])
+            return
+        yield from zip(batch, results, strict=True)
+
+    def _reject(self, rejection: Rejection) -> None:
+        self.stats.rejected(rejection.reason.value)
+        self._sink.send(dead_letter(rejection, self._settings.dlq.topic))
+
+    def _acknowledge(self, acked: list[InputRecord]) -> None:
+        """Fold acknowledged deliveries into the watermarks and store whatever moved."""
+        for record in acked:
+            self._tracker.done(record.tp, record.offset)
+        offsets = self._tracker.take_committable()
+        if offsets:
+            self._source.store(offsets)
+
+    def _log_stats(self) -> None:
+        if self.stats.due(self._settings.log.stats_interval_s):
+            _log.info("stats", in_flight=self._tracker.in_flight(), **self.stats.snapshot())
+
+    # -- commits ------------------------------------------------------------------------------------
+
+    def commit(self) -> None:
+        """The one place that commits. The order is the at-least-once contract:
+
+        1. every consumed message is processed (the open batch is cut early) and its output queued;
+        2. the producer is flushed, so the broker acknowledged (or refused) every output;
+        3. acknowledgements advance the per-partition watermarks (see ``offsets``), and those are stored;
+        4. the stored offsets are committed synchronously.
+
+        An output still unacknowledged when the flush times out holds its partition's watermark back, so
+        the worst case is a duplicate after restart, never a loss.
+        """
+        for batch in self._batcher.drain():
+            self._process(batch)
+        self._acknowledge(self._sink.flush(self._settings.output.flush_timeout_s))
+        if self._sink.pending():
+            _log.warning("flush_incomplete", outstanding=self._sink.pending())
+        self._source.commit()
+
+    def _shutdown(self) -> None:
+        self.commit()
+        _log.info("stopped", in_flight=self._tracker.in_flight(), **self.stats.snapshot())
+        self._source.close()
+
+    # -- rebalance callbacks (run inside consume) -----------------------------------------------------
+
+    def on_assigned(self, tps: list[TopicPartition]) -> None:
+        self._tracker.forget(tps)
+        _log.info("partitions_assigned", partitions=_names(tps))
+
+    def on_revoked(self, tps: list[TopicPartition]) -> None:
+        """Commit exactly what was delivered before handing the partitions over."""
+        self.commit()
+        self._tracker.forget(tps)
+        _log.info("partitions_revoked", partitions=_names(tps))
+
+    def on_lost(self, tps: list[TopicPartition]) -> None:
+        """The group moved on without us: committing is no longer allowed. Drop the waiting items of those
+        partitions (their new owner re-reads them) and let outputs already queued finish."""
+        lost = set(tps)
+        dropped = self._batcher.discard(lambda d: d.record.tp not in lost)
+        self._acknowledge(self._sink.flush(self._settings.output.flush_timeout_s))
+        self._tracker.forget(tps)
+        _log.warning("partitions_lost", partitions=_names(tps), dropped=dropped)
+
+
+def _names(tps: list[TopicPartition]) -> list[str]:
+    return [f"{t}[{p}]" for t, p in tps]

@@ -1,0 +1,106 @@
+"""The processor contract: events in, named tensors to the model, one result per event out."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import msgspec
+import numpy as np
+
+from service.errors import BatchMismatchError, ConfigError, InvalidMessage, Reason
+
+Tensors = dict[str, np.ndarray]
+Result = dict[str, Any]
+ResultOrError = Result | InvalidMessage
+
+
+@dataclass(frozen=True, slots=True)
+class ModelInfo:
+    """What a processor may know about the model it feeds.
+
+    ``metadata`` is the model's ``microbatch.*`` metadata (see docs/MODELS.md); ``settings`` are the
+    ``MICROBATCH_MODEL__*`` values the user set explicitly (they win over metadata).
+    """
+
+    name: str
+    model_dir: Path
+    input_names: tuple[str, ...]
+    output_names: tuple[str, ...]
+    metadata: Mapping[str, str] = field(default_factory=dict)
+    settings: Mapping[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Processor(Protocol):
+    """Turns events into tensors and outputs into results. Built once; called from one thread.
+
+    - ``parse`` runs per message: bytes -> item; raises InvalidMessage for bad input, nothing else.
+    - ``preprocess`` runs per batch: items -> named input tensors (padding is its business).
+    - ``postprocess`` runs per batch: output tensors -> exactly one result (or InvalidMessage) per item.
+    - ``sample`` returns a valid item, used to warm the model up before the first real batch.
+    """
+
+    def parse(self, value: bytes) -> Any: ...
+
+    def preprocess(self, items: Sequence[Any]) -> Tensors: ...
+
+    def postprocess(self, outputs: Tensors, count: int) -> list[ResultOrError]: ...
+
+    def sample(self) -> Any: ...
+
+
+_JSON = msgspec.json.Decoder()
+
+
+def parse_json(value: bytes, decoder: msgspec.json.Decoder = _JSON) -> Any:
+    """Decode JSON, telling apart bad text (invalid_utf8), bad JSON (invalid_json) and bad shape."""
+    try:
+        return decoder.decode(value)
+    except msgspec.DecodeError as exc:  # ValidationError is a subclass
+        # Checked only on the error path, and first: bad bytes are the root cause whatever msgspec saw.
+        try:
+            value.decode("utf-8")
+        except UnicodeDecodeError as uerr:
+            raise InvalidMessage(Reason.INVALID_UTF8, str(uerr)) from None
+        reason = Reason.INVALID_EVENT if isinstance(exc, msgspec.ValidationError) else Reason.INVALID_JSON
+        raise InvalidMessage(reason, str(exc)) from None
+
+
+def rows_to_results(outputs: Tensors, count: int) -> list[ResultOrError]:
+    """Generic postprocess: row ``i`` of every output becomes field ``name`` of result ``i``.
+
+    A row with a NaN or infinite value becomes ``invalid_output`` instead of a result.
+    """
+    for name, array in outputs.items():
+        if len(array) != count:
+            raise BatchMismatchError(f"output {name!r} has {len(array)} rows for {count} inputs")
+    bad = np.zeros(count, dtype=bool)
+    for array in outputs.values():
+        if array.dtype.kind == "f":
+            bad |= ~np.isfinite(array.reshape(count, -1)).all(axis=1)
+    columns = {name: array.tolist() for name, array in outputs.items()}
+    results: list[ResultOrError] = []
+    for i in range(count):
+        if bad[i]:
+            results.append(InvalidMessage(Reason.INVALID_OUTPUT, "model returned NaN or infinity"))
+        else:
+            results.append({name: column[i] for name, column in columns.items()})
+    return results
+
+
+def setting(info: ModelInfo, key: str, env: str, *, required: bool = True) -> Any:
+    """A processor option: the explicit setting, else the model's ``microbatch.<key>`` metadata.
+
+    Metadata values are strings; JSON-looking ones (lists) are decoded. Raises ConfigError naming ``env``.
+    """
+    if info.settings.get(key) is not None:
+        return info.settings[key]
+    raw = info.metadata.get(f"microbatch.{key}")
+    if raw is None:
+        if required:
+            raise ConfigError(env, f"required by this processor, and the model has no microbatch.{key}")
+        return None
+    return msgspec.json.decode(raw) if raw[:1] in "[{" else raw

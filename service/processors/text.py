@@ -1,0 +1,89 @@
+"""``text``: a log line -> token ids, padded to the longest line of the batch, truncated at max_length.
+
+The text is one string field of a JSON event (``MICROBATCH_MODEL__TEXT_FIELD``), or, with no field set, the
+whole value as a UTF-8 line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import msgspec
+import numpy as np
+from tokenizers import Tokenizer
+
+from service.errors import ConfigError, InvalidMessage, Reason
+from service.processors.base import ModelInfo, ResultOrError, Tensors, parse_json, rows_to_results, setting
+
+DEFAULT_MAX_LENGTH = 128
+
+
+class TextProcessor:
+    """Tokenizes with a ``tokenizers`` JSON file; feeds ``input_ids`` (+ ``attention_mask`` if the model
+    takes one); maps an output ``class_index`` to a ``label`` when labels are known."""
+
+    def __init__(self, info: ModelInfo) -> None:
+        self._field: str | None = setting(info, "text_field", "MICROBATCH_MODEL__TEXT_FIELD", required=False)
+        path = info.settings.get("tokenizer")
+        if path is None:
+            name = setting(info, "tokenizer", "MICROBATCH_MODEL__TOKENIZER")
+            path = info.model_dir / name
+        if not path.is_file():
+            raise ConfigError("MICROBATCH_MODEL__TOKENIZER", f"no such file: {path}")
+        max_length = int(
+            setting(info, "max_length", "MICROBATCH_MODEL__MAX_LENGTH", required=False) or DEFAULT_MAX_LENGTH
+        )
+        self.labels: list[str] | None = setting(info, "labels", "MICROBATCH_MODEL__LABELS", required=False)
+
+        self._tok = Tokenizer.from_file(str(path))
+        self._tok.enable_truncation(max_length)
+        pad_token = "[PAD]" if self._tok.token_to_id("[PAD]") is not None else None
+        pad_id = self._tok.token_to_id(pad_token) if pad_token else 0
+        # No fixed length: pad to the longest item of each batch, not to max_length.
+        self._tok.enable_padding(pad_id=pad_id, pad_token=pad_token or "[PAD]")
+
+        names = set(info.input_names)
+        if "input_ids" not in names:
+            raise ConfigError(
+                "MICROBATCH_MODEL__PROCESSOR",
+                f"'text' needs an input_ids input, the model has {sorted(names)}",
+            )
+        self._mask = "attention_mask" in names
+        self._types = "token_type_ids" in names
+        if self._field:
+            event = msgspec.defstruct("TextEvent", [("text", str)], rename={"text": self._field})
+            self._decoder = msgspec.json.Decoder(event)
+
+    def parse(self, value: bytes) -> str:
+        if self._field:
+            text = parse_json(value, self._decoder).text
+        else:
+            try:
+                text = value.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise InvalidMessage(Reason.INVALID_UTF8, str(exc)) from None
+        text = text.strip()
+        if not text:
+            raise InvalidMessage(Reason.INVALID_EVENT, "the text is empty")
+        return text
+
+    def preprocess(self, items: Sequence[str]) -> Tensors:
+        encodings = self._tok.encode_batch(list(items), add_special_tokens=True)
+        tensors = {"input_ids": np.array([e.ids for e in encodings], dtype=np.int64)}
+        if self._mask:
+            tensors["attention_mask"] = np.array([e.attention_mask for e in encodings], dtype=np.int64)
+        if self._types:
+            tensors["token_type_ids"] = np.zeros_like(tensors["input_ids"])
+        return tensors
+
+    def postprocess(self, outputs: Tensors, count: int) -> list[ResultOrError]:
+        results = rows_to_results(outputs, count)
+        if self.labels and "class_index" in outputs:
+            for result in results:
+                if isinstance(result, dict):
+                    index = result["class_index"]
+                    result["label"] = self.labels[index] if 0 <= index < len(self.labels) else None
+        return results
+
+    def sample(self) -> str:
+        return "warm-up line"

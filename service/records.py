@@ -1,0 +1,61 @@
+"""Typed values that cross module boundaries: consumed records, decode outcomes and records to produce."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from service.errors import Reason
+
+Headers = list[tuple[str, bytes | None]]
+TopicPartition = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class InputRecord:
+    """One consumed Kafka message, copied out of the client so pure code never touches librdkafka.
+
+    ``timestamp_ms`` is the record's Kafka timestamp (None when the broker has none); ``received`` is the
+    monotonic clock reading when the service got it, the start of its batching wait.
+    """
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: Headers | None
+    timestamp_ms: int | None
+    received: float
+
+    @property
+    def tp(self) -> TopicPartition:
+        return (self.topic, self.partition)
+
+
+@dataclass(frozen=True, slots=True)
+class Decoded:
+    """A message a processor accepted: ``item`` is whatever its ``parse`` returned."""
+
+    record: InputRecord
+    item: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    """A message bound for the dead-letter topic, with everything needed to write that record."""
+
+    record: InputRecord
+    reason: Reason
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class OutRecord:
+    """A record to produce, remembering which input it answers so its ack can advance that input's offset."""
+
+    topic: str
+    key: bytes | None
+    value: bytes | None
+    headers: Headers | None
+    source: InputRecord

@@ -1,0 +1,112 @@
+"""The output edge: the only code that owns the librdkafka producer.
+
+Deliveries are pulled, not pushed: :meth:`Sink.poll` and :meth:`Sink.flush` return the inputs whose output
+the broker acknowledged. A failed delivery is sent again with back-off, forever, because dropping it would
+lose a message; the offset tracker holds the commit back meanwhile, so a crash loses nothing either.
+"""
+
+from __future__ import annotations
+
+import time
+from functools import partial
+
+import structlog
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
+
+from service import logs
+from service.config import KafkaSettings
+from service.errors import FatalKafkaError
+from service.records import InputRecord, OutRecord
+
+_log = structlog.get_logger("microbatch.sink")
+
+_MAX_BACKOFF_S = 5.0
+
+
+class Sink:
+    """Wraps ``confluent_kafka.Producer`` (idempotent, acks=all)."""
+
+    def __init__(self, settings: KafkaSettings) -> None:
+        conf = settings.producer_config() | {"error_cb": self._on_error, "logger": logs.LIBRDKAFKA}
+        self._producer = Producer(conf)
+        self._acked: list[InputRecord] = []
+        self._retry: list[tuple[float, int, OutRecord]] = []
+        self._fatal: KafkaError | None = None
+
+    def send(self, out: OutRecord, attempt: int = 0) -> None:
+        """Queue ``out``. Blocks (serving delivery reports) only while the local queue is full."""
+        callback = partial(self._on_delivery, out, attempt)
+        while True:
+            try:
+                self._producer.produce(
+                    out.topic, out.value, out.key, headers=out.headers, on_delivery=callback
+                )
+                return
+            except BufferError:
+                self._producer.poll(0.05)
+            except KafkaException as exc:  # refused before queueing, e.g. larger than message.max.bytes
+                self._schedule_retry(out, attempt, exc.args[0])
+                return
+
+    def poll(self, timeout_s: float = 0.0) -> list[InputRecord]:
+        """Serve delivery reports, resend failures that are due; return the newly acknowledged inputs."""
+        self._producer.poll(timeout_s)
+        self._resend_due()
+        return self._take_acked()
+
+    def flush(self, timeout_s: float) -> list[InputRecord]:
+        """Wait until every queued record is acknowledged or ``timeout_s`` passes; return the acked inputs.
+        ``pending`` tells what is still outstanding afterwards."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            left = deadline - time.monotonic()
+            self._producer.flush(max(0.0, min(left, 1.0)))
+            self._resend_due()
+            if self.pending() == 0 or left <= 0:
+                return self._take_acked()
+
+    def pending(self) -> int:
+        """Records queued or waiting to be sent again."""
+        return len(self._producer) + len(self._retry)
+
+    def _take_acked(self) -> list[InputRecord]:
+        if self._fatal is not None:
+            raise FatalKafkaError(self._fatal.str())
+        acked, self._acked = self._acked, []
+        return acked
+
+    def _on_delivery(self, out: OutRecord, attempt: int, err: KafkaError | None, _msg: Message) -> None:
+        if err is None:
+            self._acked.append(out.source)
+        else:
+            self._schedule_retry(out, attempt, err)
+
+    def _schedule_retry(self, out: OutRecord, attempt: int, err: KafkaError) -> None:
+        if err.fatal():
+            self._fatal = err
+        delay = min(_MAX_BACKOFF_S, 0.1 * 2**attempt)
+        _log.error(
+            "delivery_failed",
+            topic=out.topic,
+            source_topic=out.source.topic,
+            source_partition=out.source.partition,
+            source_offset=out.source.offset,
+            error=err.str(),
+            attempt=attempt + 1,
+            retry_in_s=delay,
+        )
+        self._retry.append((time.monotonic() + delay, attempt + 1, out))
+
+    def _resend_due(self) -> None:
+        if not self._retry:
+            return
+        now = time.monotonic()
+        due = [r for r in self._retry if r[0] <= now]
+        self._retry = [r for r in self._retry if r[0] > now]
+        for _when, attempt, out in due:
+            self.send(out, attempt)
+
+    def _on_error(self, err: KafkaError) -> None:
+        if err.fatal():
+            self._fatal = err
+        _log.warning("kafka_error", client="producer", error=err.str(), code=err.name())

@@ -1,0 +1,116 @@
+"""The input edge: the only code that owns the librdkafka consumer."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from typing import Protocol
+
+import structlog
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message
+from confluent_kafka import TopicPartition as KafkaTopicPartition
+
+from service import logs
+from service.config import KafkaSettings
+from service.errors import FatalKafkaError
+from service.records import InputRecord, TopicPartition
+
+_log = structlog.get_logger("microbatch.source")
+
+
+class RebalanceListener(Protocol):
+    """What the consumer tells the pipeline about partition ownership (called inside ``consume``)."""
+
+    def on_assigned(self, tps: list[TopicPartition]) -> None: ...
+
+    def on_revoked(self, tps: list[TopicPartition]) -> None: ...
+
+    def on_lost(self, tps: list[TopicPartition]) -> None: ...
+
+
+class Source:
+    """Wraps ``confluent_kafka.Consumer``: consume in batches, store offsets, commit synchronously."""
+
+    def __init__(self, settings: KafkaSettings) -> None:
+        conf = settings.consumer_config() | {"error_cb": self._on_error, "logger": logs.LIBRDKAFKA}
+        self._consumer = Consumer(conf)
+        self._fatal: KafkaError | None = None
+
+    def subscribe(self, topics: list[str], listener: RebalanceListener) -> None:
+        def tps(parts: list[KafkaTopicPartition]) -> list[TopicPartition]:
+            return [(p.topic, p.partition) for p in parts]
+
+        self._consumer.subscribe(
+            topics,
+            on_assign=lambda _c, parts: listener.on_assigned(tps(parts)),
+            on_revoke=lambda _c, parts: listener.on_revoked(tps(parts)),
+            on_lost=lambda _c, parts: listener.on_lost(tps(parts)),
+        )
+
+    def consume(self, max_messages: int, timeout_s: float) -> list[InputRecord]:
+        """Block up to ``timeout_s`` for up to ``max_messages``; rebalance callbacks run in here.
+
+        Raises FatalKafkaError on a fatal client error; other errors are logged and skipped (librdkafka
+        retries them itself).
+        """
+        messages = self._consumer.consume(max(1, max_messages), timeout_s)
+        if self._fatal is not None:
+            raise FatalKafkaError(str(self._fatal))
+        now = time.monotonic()
+        records = []
+        for msg in messages:
+            err = msg.error()
+            if err is not None:
+                self._on_message_error(msg, err)
+                continue
+            _kind, ts = msg.timestamp()
+            records.append(
+                InputRecord(
+                    msg.topic(),
+                    msg.partition(),
+                    msg.offset(),
+                    msg.key(),
+                    msg.value(),
+                    msg.headers(),
+                    ts if ts > 0 else None,
+                    now,
+                )
+            )
+        return records
+
+    def store(self, offsets: dict[TopicPartition, int]) -> None:
+        """Store the next offsets to commit (auto-commit sends them within a second)."""
+        parts = [KafkaTopicPartition(t, p, o) for (t, p), o in offsets.items()]
+        try:
+            self._consumer.store_offsets(offsets=parts)
+        except KafkaException as exc:
+            # A partition revoked in the meantime cannot be stored to; its new owner starts from the
+            # last commit, so nothing is lost.
+            _log.debug("store_offsets_failed", error=str(exc))
+
+    def commit(self) -> None:
+        """Commit the stored offsets now and wait for the broker's answer."""
+        try:
+            self._consumer.commit(asynchronous=False)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError._NO_OFFSET:
+                _log.warning("commit_failed", error=str(exc))
+
+    def positions(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """The committed offsets of ``tps`` (for the shutdown log line)."""
+        parts = self._consumer.committed([KafkaTopicPartition(t, p) for t, p in tps], timeout=10)
+        return {(p.topic, p.partition): p.offset for p in parts}
+
+    def close(self) -> None:
+        self._consumer.close()
+
+    def _on_error(self, err: KafkaError) -> None:
+        if err.fatal():
+            self._fatal = err
+        _log.warning("kafka_error", client="consumer", error=err.str(), code=err.name())
+
+    @staticmethod
+    def _on_message_error(msg: Message, err: KafkaError) -> None:
+        if err.code() == KafkaError._PARTITION_EOF:
+            return
+        _log.warning("consume_error", topic=msg.topic(), partition=msg.partition(), error=err.str())

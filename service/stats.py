@@ -1,0 +1,64 @@
+"""Running counters for the periodic stats line. Pure: the clock is injected, nothing is logged here."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+@dataclass
+class Stats:
+    """Counts since the last :meth:`snapshot`; latencies are end-to-end milliseconds (event timestamp to
+    result produced), recorded per batch so the hot path does no per-message work here."""
+
+    clock: Callable[[], float] = time.monotonic
+    events_in: int = 0
+    results_out: int = 0
+    dead_letters: int = 0
+    batches: int = 0
+    batched_items: int = 0
+    dlq_reasons: Counter[str] = field(default_factory=Counter)
+    _latencies: list[np.ndarray] = field(default_factory=list)
+    _since: float = 0.0
+
+    def __post_init__(self) -> None:
+        self._since = self.clock()
+
+    def batch(self, size: int, latencies_ms: np.ndarray) -> None:
+        self.batches += 1
+        self.batched_items += size
+        self._latencies.append(latencies_ms)
+
+    def rejected(self, reason: str) -> None:
+        self.dead_letters += 1
+        self.dlq_reasons[reason] += 1
+
+    def due(self, interval_s: float) -> bool:
+        return self.clock() - self._since >= interval_s
+
+    def snapshot(self) -> dict[str, Any]:
+        """Rates and percentiles since the last snapshot; resets the window."""
+        now = self.clock()
+        elapsed = max(now - self._since, 1e-9)
+        lat = np.concatenate(self._latencies) if self._latencies else np.empty(0)
+        p50, p99 = (np.percentile(lat, [50, 99]).round(1).tolist()) if lat.size else (None, None)
+        snap = {
+            "events_per_s": round(self.events_in / elapsed, 1),
+            "results_per_s": round(self.results_out / elapsed, 1),
+            "batches_per_s": round(self.batches / elapsed, 2),
+            "mean_batch_size": round(self.batched_items / self.batches, 2) if self.batches else None,
+            "latency_p50_ms": p50,
+            "latency_p99_ms": p99,
+            "dlq": self.dead_letters,
+            "dlq_reasons": dict(self.dlq_reasons),
+        }
+        self.events_in = self.results_out = self.dead_letters = self.batches = self.batched_items = 0
+        self.dlq_reasons.clear()
+        self._latencies.clear()
+        self._since = now
+        return snap

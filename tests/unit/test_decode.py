@@ -1,0 +1,77 @@
+"""service/decode.py: the generic checks, the processor's verdict, and containment of processor bugs."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+
+from service.decode import decode
+from service.errors import InvalidMessage, Reason
+from service.processors.features import FeaturesProcessor
+from service.records import Decoded, Rejection
+
+LIMIT = 64
+
+
+def never_called(_value: bytes) -> object:
+    raise AssertionError("parse must not run for a value the generic checks reject")
+
+
+def test_good_event_decodes_through_the_features_processor(make_record, features_info):
+    processor = FeaturesProcessor(features_info(["cpu", "mem"]))
+    record = make_record(msgspec.json.encode({"host": "web-1", "mem": 2.5, "cpu": 1}))
+    outcome = decode(record, processor.parse, 1024)
+    assert isinstance(outcome, Decoded)
+    assert outcome.record is record
+    assert outcome.item == (1.0, 2.5)
+
+
+def test_null_value_is_an_empty_value(make_record):
+    outcome = decode(make_record(None), never_called, LIMIT)
+    assert isinstance(outcome, Rejection)
+    assert outcome.reason is Reason.EMPTY_VALUE
+
+
+def test_zero_bytes_is_an_empty_value(make_record):
+    outcome = decode(make_record(b""), never_called, LIMIT)
+    assert isinstance(outcome, Rejection)
+    assert outcome.reason is Reason.EMPTY_VALUE
+
+
+def test_value_at_the_limit_is_accepted_and_one_byte_more_is_too_large(make_record):
+    at_limit = decode(make_record(b"x" * LIMIT), len, LIMIT)
+    assert isinstance(at_limit, Decoded)
+    assert at_limit.item == LIMIT
+    over = decode(make_record(b"x" * (LIMIT + 1)), never_called, LIMIT)
+    assert isinstance(over, Rejection)
+    assert over.reason is Reason.VALUE_TOO_LARGE
+    assert str(LIMIT) in over.detail
+
+
+def test_invalid_message_keeps_the_processors_reason_and_detail(make_record):
+    def parse(_value: bytes) -> object:
+        raise InvalidMessage(Reason.INVALID_UTF8, "byte 3 is not UTF-8")
+
+    record = make_record(b"abc")
+    outcome = decode(record, parse, LIMIT)
+    assert isinstance(outcome, Rejection)
+    assert outcome.record is record
+    assert outcome.reason is Reason.INVALID_UTF8
+    assert outcome.detail == "byte 3 is not UTF-8"
+
+
+@pytest.mark.parametrize("error", [ZeroDivisionError("boom"), KeyError("k"), RuntimeError("processor bug")])
+def test_an_unexpected_processor_exception_is_contained_as_invalid_event(make_record, error):
+    def parse(_value: bytes) -> object:
+        raise error
+
+    outcome = decode(make_record(b"{}"), parse, LIMIT)
+    assert isinstance(outcome, Rejection)
+    assert outcome.reason is Reason.INVALID_EVENT
+    assert type(error).__name__ in outcome.detail
+
+
+def test_the_record_travels_with_the_rejection(make_record):
+    record = make_record(b"", topic="metrics", partition=3, offset=77, key=b"k")
+    outcome = decode(record, never_called, LIMIT)
+    assert outcome.record is record

@@ -1,0 +1,640 @@
+"""service/pipeline.py: the loop driven by hand-written fakes behind SourceLike/SinkLike/EngineLike, the real
+FeaturesProcessor and a fake clock."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import msgspec
+import numpy as np
+import pytest
+
+from service.config import Settings
+from service.errors import Reason
+from service.outputs import ModelRef
+from service.pipeline import Pipeline
+from service.poison import POISON_KINDS, make_poison
+from service.processors.base import ModelInfo
+from service.processors.features import FeaturesProcessor
+from service.records import InputRecord, OutRecord, TopicPartition
+
+IN, OUT, DLQ = "in", "out", "dlq"
+P0: TopicPartition = (IN, 0)
+P1: TopicPartition = (IN, 1)
+FEATURES = ["a", "b"]
+MODEL = ModelRef("fake-model", "1.2.3", "CPUExecutionProvider")
+
+Coords = tuple[str, int, int]
+
+
+def coords(record: InputRecord) -> Coords:
+    return (record.topic, record.partition, record.offset)
+
+
+def expected_score(a: float, b: float) -> float:
+    """What FakeEngine computes for an event; exact in float32 for the small numbers used here."""
+    return 2 * a + b
+
+
+# -- the script a FakeSource plays --------------------------------------------------------------------------
+
+
+@dataclass
+class At:
+    """Records that arrive at clock time ``t``: a consume whose timeout ends earlier returns nothing."""
+
+    t: float
+    records: list[InputRecord]
+
+
+@dataclass
+class Revoke:
+    tps: list[TopicPartition]
+
+
+@dataclass
+class Assign:
+    tps: list[TopicPartition]
+
+
+@dataclass
+class Lost:
+    tps: list[TopicPartition]
+
+
+@dataclass
+class Do:
+    action: Callable[[], None]
+
+
+# -- fakes ------------------------------------------------------------------------------------------------
+
+
+class FakeSource:
+    """Plays a script, one step per consume call (a list of records may take several):
+
+    - a list of records is available now: consume returns up to ``max_messages`` of them at once (it does
+      not wait for more, so a batch it leaves open stays open until the clock moves);
+    - ``At(t, records)``: nothing arrives before ``t``, so a consume whose timeout ends earlier advances the
+      fake clock by that timeout and returns nothing;
+    - ``Revoke``/``Assign``/``Lost`` call the listener from inside consume, as librdkafka does; ``Do`` runs
+      an action.
+
+    Returned records are stamped ``received`` = now. When the script is exhausted it calls
+    ``on_exhausted`` (the pipeline's stop)."""
+
+    def __init__(self, script: list, clock, events: list, *, greedy: bool = False) -> None:
+        self.script = deque(script)
+        self.clock = clock
+        self.events = events
+        self.greedy = greedy
+        self.listener = None
+        self.on_exhausted: Callable[[], None] = lambda: None
+        self.consume_calls: list[tuple[int, float]] = []
+        self.stored: list[dict[TopicPartition, int]] = []
+
+    def subscribe(self, topics: list[str], listener) -> None:
+        self.events.append(("subscribe", tuple(topics)))
+        self.listener = listener
+
+    def consume(self, max_messages: int, timeout_s: float) -> list[InputRecord]:
+        self.consume_calls.append((max_messages, timeout_s))
+        assert len(self.consume_calls) < 10_000, "the pipeline loops without making progress"
+        assert max_messages >= 1
+        assert timeout_s >= 0
+        if not self.script:
+            self.on_exhausted()
+            return []
+        step = self.script[0]
+        if isinstance(step, At):
+            if self.clock.now + timeout_s < step.t:
+                self.clock.advance(timeout_s)
+                return []
+            self.clock.now = max(self.clock.now, step.t)
+            self.script[0] = step = list(step.records)
+        if isinstance(step, list):
+            count = len(step) if self.greedy else max_messages
+            taken, rest = step[:count], step[count:]
+            if rest:
+                self.script[0] = rest
+            else:
+                self.script.popleft()
+            self.events.append(("consumed", [coords(r) for r in taken]))
+            return [dataclasses.replace(r, received=self.clock.now) for r in taken]
+        self.script.popleft()
+        if isinstance(step, Revoke):
+            self.events.append(("revoke_start", step.tps))
+            self.listener.on_revoked(step.tps)
+            self.events.append(("revoke_end", step.tps))
+        elif isinstance(step, Assign):
+            self.listener.on_assigned(step.tps)
+        elif isinstance(step, Lost):
+            self.events.append(("lost_start", step.tps))
+            self.listener.on_lost(step.tps)
+            self.events.append(("lost_end", step.tps))
+        elif isinstance(step, Do):
+            step.action()
+        else:
+            raise AssertionError(f"unknown script step {step!r}")
+        return []
+
+    def store(self, offsets: dict[TopicPartition, int]) -> None:
+        self.events.append(("store", dict(offsets)))
+        self.stored.append(dict(offsets))
+
+    def commit(self) -> None:
+        self.events.append(("commit",))
+
+    def close(self) -> None:
+        self.events.append(("close",))
+
+
+class FakeSink:
+    """Keeps what was sent; poll/flush acknowledge according to a policy:
+
+    - ``poll_acks``/``flush_acks``: whether poll / flush acknowledge anything at all;
+    - ``reverse``: acknowledge in the reverse of send order (out of order);
+    - ``withheld``: source coordinates whose outputs poll never acknowledges; flush does if
+      ``flush_releases_withheld`` (a slow delivery), or only after :meth:`release`.
+    """
+
+    def __init__(
+        self,
+        events: list,
+        *,
+        poll_acks: bool = True,
+        flush_acks: bool = True,
+        reverse: bool = False,
+        withheld: set[Coords] | None = None,
+        flush_releases_withheld: bool = True,
+    ) -> None:
+        self.events = events
+        self.poll_acks = poll_acks
+        self.flush_acks = flush_acks
+        self.reverse = reverse
+        self.withheld = set(withheld or ())
+        self.flush_releases_withheld = flush_releases_withheld
+        self.sent: list[OutRecord] = []
+        self.unacked: list[OutRecord] = []
+
+    def send(self, out: OutRecord) -> None:
+        self.events.append(("send", out.topic, coords(out.source)))
+        self.sent.append(out)
+        self.unacked.append(out)
+
+    def poll(self, timeout_s: float = 0.0) -> list[InputRecord]:
+        assert timeout_s == 0, "the loop must not block in poll"
+        return self._ack(flushing=False) if self.poll_acks else []
+
+    def flush(self, timeout_s: float) -> list[InputRecord]:
+        self.events.append(("flush",))
+        return self._ack(flushing=True) if self.flush_acks else []
+
+    def pending(self) -> int:
+        return len(self.unacked)
+
+    def release(self) -> None:
+        self.withheld.clear()
+
+    def _ack(self, flushing: bool) -> list[InputRecord]:
+        release_all = flushing and self.flush_releases_withheld
+        ready = [o for o in self.unacked if release_all or coords(o.source) not in self.withheld]
+        ready_ids = {id(o) for o in ready}
+        self.unacked = [o for o in self.unacked if id(o) not in ready_ids]
+        if self.reverse:
+            ready.reverse()
+        for out in ready:
+            self.events.append(("ack", coords(out.source)))
+        return [o.source for o in ready]
+
+    def outputs(self, topic: str) -> list[OutRecord]:
+        return [o for o in self.sent if o.topic == topic]
+
+
+class FakeEngine:
+    """score = 2a + b per row. Raises for any batch holding a row whose ``a`` is in ``poison`` (a bad item),
+    or for any batch larger than ``max_batch`` (like running out of GPU memory)."""
+
+    def __init__(
+        self, *, poison: set[float] | None = None, max_batch: int | None = None, extra_rows: int = 0
+    ) -> None:
+        self.poison = poison or set()
+        self.max_batch = max_batch
+        self.extra_rows = extra_rows
+        self.calls: list[np.ndarray] = []
+
+    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        (x,) = feeds.values()
+        self.calls.append(x.copy())
+        if self.max_batch is not None and len(x) > self.max_batch:
+            raise RuntimeError(f"CUDA out of memory for a batch of {len(x)}")
+        if any(a in self.poison for a in x[:, 0].tolist()):
+            raise RuntimeError("cannot score this row")
+        score = 2 * x[:, 0] + x[:, 1]
+        if self.extra_rows:
+            score = np.concatenate([score, np.zeros(self.extra_rows, dtype=score.dtype)])
+        return {"score": score}
+
+    def batch_sizes(self) -> list[int]:
+        return [len(x) for x in self.calls]
+
+
+# -- the rig ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Rig:
+    pipeline: Pipeline
+    source: FakeSource
+    sink: FakeSink
+    engine: FakeEngine
+    clock: object
+    events: list = field(default_factory=list)
+
+    def run(self) -> Rig:
+        self.pipeline.run()
+        return self
+
+    def results(self) -> dict[Coords, dict]:
+        """Decoded result values by source coordinates (exactly one each, checked)."""
+        values = [msgspec.json.decode(o.value) for o in self.sink.outputs(OUT)]
+        found = Counter(self.coords_of(v) for v in values)
+        assert all(n == 1 for n in found.values()), f"duplicate results: {found}"
+        return {self.coords_of(v): v for v in values}
+
+    def dead_letters(self) -> dict[Coords, OutRecord]:
+        return {coords(o.source): o for o in self.sink.outputs(DLQ)}
+
+    def kinds(self, *, ignore=("ack", "consumed")) -> list[str]:
+        return [e[0] for e in self.events if e[0] not in ignore]
+
+    @staticmethod
+    def coords_of(value: dict) -> Coords:
+        src = value["source"]
+        return (src["topic"], src["partition"], src["offset"])
+
+
+def event(a: float, b: float = 0.5) -> bytes:
+    return msgspec.json.encode({"a": a, "b": b, "host": "web-1"})
+
+
+def rec(
+    offset: int,
+    value: bytes | None = None,
+    *,
+    partition: int = 0,
+    key: bytes | None = None,
+    headers=None,
+    timestamp_ms: int | None = None,
+) -> InputRecord:
+    """A record whose value defaults to an event with a = offset."""
+    return InputRecord(
+        IN, partition, offset, key, event(offset) if value is None else value, headers, timestamp_ms, 0.0
+    )
+
+
+@pytest.fixture
+def rig(clock):
+    def build(
+        script: list,
+        *,
+        engine: FakeEngine | None = None,
+        max_size: int = 4,
+        max_wait_ms: float = 100.0,
+        greedy: bool = False,
+        max_value_bytes: int = 10_000,
+        idle_poll_ms: int = 100,
+        **sink_policy,
+    ) -> Rig:
+        events: list = []
+        settings = Settings(
+            input={"topics": [IN], "max_value_bytes": max_value_bytes, "idle_poll_ms": idle_poll_ms},
+            output={"topic": OUT},
+            dlq={"topic": DLQ},
+            batch={"min_size": 1, "max_size": max_size, "max_wait_ms": max_wait_ms},
+            log={"stats_interval_s": 3600},
+        )
+        source = FakeSource(script, clock, events, greedy=greedy)
+        sink = FakeSink(events, **sink_policy)
+        engine = engine or FakeEngine()
+        info = ModelInfo(
+            name=MODEL.name,
+            model_dir=Path("."),
+            input_names=("features",),
+            output_names=("score",),
+            settings={"features": FEATURES},
+        )
+        processor = FeaturesProcessor(info)
+        pipeline = Pipeline(
+            settings,
+            source,
+            sink,
+            engine,
+            processor,
+            MODEL,
+            clock=clock,
+            wall_ms=lambda: round(clock.now * 1000),
+        )
+        source.on_exhausted = pipeline.stop
+        return Rig(pipeline, source, sink, engine, clock, events)
+
+    return build
+
+
+def assert_stores_follow_acks(events: list) -> None:
+    """Every stored offset N for a partition is preceded by acks of every offset below N consumed from it."""
+    consumed: dict[TopicPartition, set[int]] = {}
+    acked: set[Coords] = set()
+    for entry in events:
+        if entry[0] == "consumed":
+            for topic, partition, offset in entry[1]:
+                consumed.setdefault((topic, partition), set()).add(offset)
+        elif entry[0] == "ack":
+            acked.add(entry[1])
+        elif entry[0] == "store":
+            for tp, next_offset in entry[1].items():
+                below = {o for o in consumed.get(tp, set()) if o < next_offset}
+                assert below, f"stored {tp}={next_offset} before consuming anything below it"
+                missing = sorted(o for o in below if (*tp, o) not in acked)
+                assert not missing, f"stored {tp}={next_offset} while {missing} were not acknowledged"
+
+
+def last_stored(events: list) -> dict[TopicPartition, int]:
+    result: dict[TopicPartition, int] = {}
+    for entry in events:
+        if entry[0] == "store":
+            result |= entry[1]
+    return result
+
+
+# -- outputs ----------------------------------------------------------------------------------------------
+
+
+def test_one_output_per_input_with_source_coordinates_key_and_headers(rig):
+    records = [
+        rec(
+            o,
+            partition=p,
+            key=f"k{p}-{o}".encode(),
+            headers=[("trace", f"{p}:{o}".encode())],
+            timestamp_ms=1_700_000_000_000 + o,
+        )
+        for o in range(5)
+        for p in (0, 1)
+    ]
+    r = rig([records]).run()
+    results = r.results()
+    assert set(results) == {coords(x) for x in records}
+    by_coords = {coords(o.source): o for o in r.sink.outputs(OUT)}
+    for record in records:
+        out = by_coords[coords(record)]
+        assert out.topic == OUT
+        assert out.key == record.key
+        assert out.headers == record.headers
+        value = results[coords(record)]
+        assert value["result"] == {"score": expected_score(record.offset, 0.5)}
+        assert value["model"] == {"name": MODEL.name, "version": MODEL.version, "provider": MODEL.provider}
+        assert value["timestamps"]["event_ms"] == record.timestamp_ms
+    assert r.dead_letters() == {}
+    assert last_stored(r.events) == {P0: 5, P1: 5}
+    assert_stores_follow_acks(r.events)
+
+
+@pytest.mark.parametrize("greedy", [False, True], ids=["source-honours-max", "source-returns-everything"])
+def test_batches_never_exceed_max_size(rig, greedy):
+    records = [rec(o) for o in range(11)]
+    r = rig([records], max_size=4, greedy=greedy).run()
+    assert max(r.engine.batch_sizes()) <= 4
+    assert sum(r.engine.batch_sizes()) == 11  # nothing failed, so every item ran exactly once
+    assert all(v["batch_size"] <= 4 for v in r.results().values())
+    assert all(max_messages <= 4 for max_messages, _ in r.source.consume_calls)
+    assert len(r.results()) == 11
+
+
+def test_a_backlog_is_cut_into_full_batches_without_waiting(rig, clock):
+    start = clock.now
+    r = rig([[rec(o) for o in range(8)]], max_size=4).run()
+    assert r.engine.batch_sizes() == [4, 4]
+    assert clock.now == start  # no consume had to time out for the batches to be cut
+    assert all(v["timestamps"]["produced_ms"] == round(start * 1000) for v in r.results().values())
+
+
+def test_partial_batch_is_cut_when_its_oldest_item_has_waited_max_wait(rig, clock):
+    t0 = clock.now
+    wait = 0.1
+    script = [At(t0 + 0.03 * k, [rec(k)]) for k in range(6)] + [At(t0 + 1.0, [rec(6)])]
+    r = rig(script, max_size=10, max_wait_ms=wait * 1000).run()
+    results = r.results()
+
+    def produced_s(offset: int) -> float:
+        return results[(IN, 0, offset)]["timestamps"]["produced_ms"] / 1000
+
+    # 0..3 arrived before 0's deadline: one batch, cut at 0's arrival + max_wait, not pushed back by 1..3.
+    assert {results[(IN, 0, k)]["batch_size"] for k in range(4)} == {4}
+    assert [produced_s(k) for k in range(4)] == [pytest.approx(t0 + wait, abs=1e-3)] * 4
+    # 4 and 5 form the next batch; its deadline runs from 4's arrival.
+    assert {results[(IN, 0, k)]["batch_size"] for k in (4, 5)} == {2}
+    assert produced_s(4) == pytest.approx(t0 + 0.12 + wait, abs=1e-3)
+    # The last one was still waiting at shutdown and was drained then.
+    assert produced_s(6) == pytest.approx(t0 + 1.0, abs=1e-3)
+
+
+def test_consume_waits_briefly_when_idle_and_never_past_the_open_batchs_deadline(rig, clock):
+    t0 = clock.now
+    script = [[rec(0)], At(t0 + 5.0, [rec(1)])]
+    r = rig(script, max_size=10, max_wait_ms=100, idle_poll_ms=250).run()
+    calls = r.source.consume_calls
+    # No batch open: block at most the idle poll time.
+    assert calls[0][1] == pytest.approx(0.25)
+    # rec(0) opened a batch: ask for what fills it, and block only until rec(0)'s deadline.
+    assert calls[1] == (9, pytest.approx(0.1))
+    assert r.results()[(IN, 0, 0)]["timestamps"]["produced_ms"] == round((t0 + 0.1) * 1000)
+    assert all(timeout <= 0.25 for _, timeout in calls)
+
+
+# -- dead letters -----------------------------------------------------------------------------------------
+
+
+def test_poison_goes_to_the_dlq_with_original_bytes_and_headers(rig):
+    kinds = ["not_json", "null", "too_large", "wrong_field_type", "missing_field", "empty"]
+    poison = {}
+    records = [rec(0)]
+    for kind in kinds:
+        offset = len(records)
+        value = make_poison(kind, {"a": 1.0, "b": 2.0}, "a", 500)
+        record = InputRecord(IN, 0, offset, f"key-{offset}".encode(), value, [("trace", b"t-1")], None, 0.0)
+        poison[coords(record)] = (kind, record)
+        records.append(record)
+    records.append(rec(len(records)))
+    r = rig([records], max_value_bytes=200).run()
+
+    dead = r.dead_letters()
+    assert set(dead) == set(poison)
+    for key, (kind, record) in poison.items():
+        out = dead[key]
+        assert out.topic == DLQ
+        assert out.key == record.key
+        assert out.value == record.value  # unchanged: the same bytes, a null stays null
+        headers = dict(out.headers)
+        assert out.headers[0] == ("trace", b"t-1")  # the input's own headers come first, unchanged
+        assert headers["error.reason"] == POISON_KINDS[kind].value.encode()
+        assert headers["error.message"]
+        assert headers["source.topic"] == IN.encode()
+        assert headers["source.partition"] == b"0"
+        assert headers["source.offset"] == str(record.offset).encode()
+    assert set(r.results()) == {(IN, 0, 0), (IN, 0, len(records) - 1)}
+    # Dead letters count as done: the partition commits past them.
+    assert last_stored(r.events) == {P0: len(records)}
+    assert_stores_follow_acks(r.events)
+
+
+@pytest.mark.parametrize("position", [0, 1, 2, 3])
+def test_one_failing_item_fails_alone_and_its_batch_mates_get_results(rig, position):
+    values = [10, 11, 12, 13]
+    bad = values[position]
+    records = [rec(o, event(values[o])) for o in range(4)] + [rec(o) for o in range(4, 8)]
+    r = rig([records], engine=FakeEngine(poison={bad}), max_size=4).run()
+
+    dead = r.dead_letters()
+    assert set(dead) == {(IN, 0, position)}
+    headers = dict(dead[(IN, 0, position)].headers)
+    assert headers["error.reason"] == Reason.INFERENCE_ERROR.value.encode()
+    assert b"RuntimeError" in headers["error.message"]
+    results = r.results()
+    assert len(results) == 7
+    for o in range(8):
+        if o != position:
+            a = values[o] if o < 4 else o
+            assert results[(IN, 0, o)]["result"] == {"score": expected_score(a, 0.5)}
+    # The failing item was tried on its own before it was given up.
+    assert any(len(x) == 1 and x[0, 0] == bad for x in r.engine.calls)
+    assert last_stored(r.events) == {P0: 8}
+
+
+def test_two_failing_items_in_one_batch(rig):
+    records = [rec(o) for o in range(4)]
+    r = rig([records], engine=FakeEngine(poison={0.0, 3.0}), max_size=4).run()
+    assert set(r.dead_letters()) == {(IN, 0, 0), (IN, 0, 3)}
+    assert set(r.results()) == {(IN, 0, 1), (IN, 0, 2)}
+
+
+@pytest.mark.parametrize("max_batch", [1, 2, 3])
+def test_out_of_memory_on_big_batches_splits_until_every_item_gets_a_result(rig, max_batch):
+    records = [rec(o) for o in range(8)]
+    r = rig([records], engine=FakeEngine(max_batch=max_batch), max_size=4).run()
+    assert r.dead_letters() == {}
+    results = r.results()
+    assert set(results) == {coords(x) for x in records}
+    for o in range(8):
+        assert results[(IN, 0, o)]["result"] == {"score": expected_score(o, 0.5)}
+    # Every successful run stayed within what the "GPU" could hold.
+    succeeded = [x for x in r.engine.calls if len(x) <= max_batch]
+    assert sum(len(x) for x in succeeded) == 8
+
+
+def test_a_model_that_always_fails_does_not_stall_the_partition(rig):
+    # An output with one row too many fails every batch, even of one item.
+    r = rig([[rec(o) for o in range(5)]], engine=FakeEngine(extra_rows=1), max_size=4).run()
+    dead = r.dead_letters()
+    assert set(dead) == {(IN, 0, o) for o in range(5)}
+    assert {dict(o.headers)["error.reason"] for o in dead.values()} == {Reason.INFERENCE_ERROR.value.encode()}
+    assert last_stored(r.events) == {P0: 5}
+
+
+# -- offsets ----------------------------------------------------------------------------------------------
+
+
+def test_offsets_are_stored_only_after_acks_and_only_up_to_the_contiguous_acked_run(rig):
+    records = [rec(o) for o in range(8)]
+    r = rig([records[:4], records[4:]], max_size=4, reverse=True, withheld={(IN, 0, 2)}).run()
+    assert_stores_follow_acks(r.events)
+    stores = [e[1] for e in r.events if e[0] == "store"]
+    # Before the shutdown flush delivers offset 2, nothing at or past 2 may be stored.
+    flush_at = r.events.index(("flush",))
+    before_flush = [e[1][P0] for e in r.events[:flush_at] if e[0] == "store"]
+    assert before_flush, "acked offsets 0 and 1 should have been stored during the run"
+    assert max(before_flush) == 2
+    assert stores[-1] == {P0: 8}
+    assert r.kinds()[-2:] == ["commit", "close"]
+
+
+def test_nothing_is_stored_when_nothing_is_acknowledged(rig):
+    r = rig([[rec(o) for o in range(6)]], poll_acks=False, flush_acks=False).run()
+    assert len(r.sink.outputs(OUT)) == 6  # the work was done...
+    assert "store" not in r.kinds()  # ...but no offset may be stored without an ack
+    assert r.kinds()[-3:] == ["flush", "commit", "close"]
+    assert r.sink.pending() == 6
+
+
+def test_offsets_of_each_partition_advance_independently(rig):
+    records = [rec(o, partition=p) for o in range(4) for p in (0, 1)]
+    r = rig([records], max_size=8, withheld={(IN, 1, 0)}, flush_releases_withheld=False).run()
+    assert_stores_follow_acks(r.events)
+    stored = last_stored(r.events)
+    assert stored[P0] == 4
+    assert P1 not in stored  # its first offset was never acknowledged
+
+
+# -- rebalances and shutdown ------------------------------------------------------------------------------
+
+
+def test_on_revoked_processes_flushes_stores_and_commits_before_returning(rig):
+    open_batch = [rec(0), rec(1), rec(2), rec(0, partition=1)]
+    r = rig([open_batch, Revoke([P0])], max_size=8).run()
+    start = r.events.index(("revoke_start", [P0]))
+    end = r.events.index(("revoke_end", [P0]))
+    inside = [e for e in r.events[start + 1 : end] if e[0] != "ack"]
+    assert [e[0] for e in inside] == ["send"] * 4 + ["flush", "store", "commit"]
+    assert {e[2] for e in inside if e[0] == "send"} == {coords(x) for x in open_batch}
+    assert inside[-2] == ("store", {P0: 3, P1: 1})
+    # Nothing was sent before the revoke: the batch was still open (not full, not due).
+    assert "send" not in [e[0] for e in r.events[:start]]
+
+
+def test_after_revoke_and_reassign_redelivered_offsets_are_processed_again(rig):
+    script = [[rec(0), rec(1)], Revoke([P0]), Assign([P0]), [rec(2), rec(3)]]
+    r = rig(script, max_size=8).run()
+    assert set(r.results()) == {(IN, 0, o) for o in range(4)}
+    assert last_stored(r.events) == {P0: 4}
+    assert_stores_follow_acks(r.events)
+
+
+def test_late_acks_from_before_a_revoke_do_not_crash_after_reassignment(rig):
+    # The revoke's flush times out with offsets 1 and 2 undelivered, so the commit stays at 1 and the
+    # partition, assigned back, re-delivers 1 and 2. Then the old deliveries and the new ones all succeed.
+    late = {(IN, 0, 1), (IN, 0, 2)}
+    script = [[rec(0), rec(1), rec(2)], Revoke([P0]), Assign([P0]), [rec(1), rec(2)]]
+    r = rig(script, max_size=8, withheld=late, flush_releases_withheld=False)
+    r.source.script.append(Do(r.sink.release))  # the slow deliveries finally succeed
+    r.run()  # must not raise
+    assert last_stored(r.events)[P0] == 3
+
+
+def test_on_lost_drops_waiting_items_of_lost_partitions_and_never_commits_them(rig):
+    script = [[rec(0), rec(1), rec(0, partition=1), rec(1, partition=1)], Lost([P1])]
+    r = rig(script, max_size=8).run()
+    start = r.events.index(("lost_start", [P1]))
+    end = r.events.index(("lost_end", [P1]))
+    assert "commit" not in [e[0] for e in r.events[start:end]]
+    assert set(r.results()) == {(IN, 0, 0), (IN, 0, 1)}
+    assert r.dead_letters() == {}
+    assert all(P1 not in e[1] for e in r.events if e[0] == "store")
+
+
+def test_stop_then_the_end_of_run_drains_flushes_commits_and_closes_in_order(rig):
+    r = rig([[rec(0), rec(1), rec(2)]], max_size=8).run()
+    assert r.kinds() == ["subscribe", "send", "send", "send", "flush", "store", "commit", "close"]
+    assert r.events[0] == ("subscribe", (IN,))
+    assert last_stored(r.events) == {P0: 3}
+
+
+def test_stop_before_run_still_commits_and_closes_without_consuming(rig):
+    r = rig([[rec(0)]])
+    r.pipeline.stop()
+    r.run()
+    assert r.source.consume_calls == []
+    assert r.kinds() == ["subscribe", "flush", "commit", "close"]
