@@ -72,6 +72,8 @@ def run_demo(settings: Settings, args: argparse.Namespace) -> int:
     try:
         for run in runs:
             run.process = _start_service(run, bootstrap, run_id)
+        for run in runs:
+            _wait_until_assigned(run, timeout_s=60)
         _produce_all(runs, settings, args)
         _wait_for_outputs(runs, bootstrap, timeout_s=60)
     finally:
@@ -108,6 +110,18 @@ def _start_service(run: ModelRun, bootstrap: str, run_id: str) -> subprocess.Pop
     }
     log = run.log_path.open("wb")
     return subprocess.Popen([sys.executable, "-m", "service", "run"], env=env, stderr=log, stdout=log)
+
+
+def _wait_until_assigned(run: ModelRun, timeout_s: float) -> None:
+    """Traffic starts only once the service owns its partitions, so start-up is not counted as latency."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if b'"partitions_assigned"' in run.log_path.read_bytes():
+            return
+        if run.process is not None and run.process.poll() is not None:
+            raise RuntimeError(f"{run.model} service exited early; see {run.log_path}")
+        time.sleep(0.2)
+    raise RuntimeError(f"{run.model} service got no partitions within {timeout_s:.0f}s; see {run.log_path}")
 
 
 def _produce_all(runs: list[ModelRun], settings: Settings, args: argparse.Namespace) -> None:

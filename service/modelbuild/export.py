@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import torch
 
 OPSET = 18  # >= 17 as required; 18 is well covered by onnxruntime >= 1.14 and by the dynamo exporter
@@ -103,16 +104,14 @@ def _strip_debug_info(model: onnx.ModelProto) -> None:
             del node.metadata_props[:]
 
 
-def ort_session(path: pathlib.Path):  # -> onnxruntime.InferenceSession
+def ort_session(path: pathlib.Path) -> ort.InferenceSession:
     """A CPU-only onnxruntime session (deterministic, and what the quality numbers are measured with)."""
-    import onnxruntime as ort
-
     options = ort.SessionOptions()
     options.log_severity_level = 3  # errors only; ORT warns about unused initializers etc.
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
-def run_session(session, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+def run_session(session: ort.InferenceSession, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Run all outputs of ``session`` on ``feeds``; returns them by output name."""
     names = [o.name for o in session.get_outputs()]
     return dict(zip(names, session.run(names, dict(feeds)), strict=True))

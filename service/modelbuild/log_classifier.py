@@ -17,6 +17,7 @@ import json
 import math
 import pathlib
 import time
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -27,6 +28,9 @@ from torch.nn import functional as F  # noqa: N812 - the conventional name
 from service.generate import LOG_LABELS, EventGenerator
 from service.modelbuild.export import export_onnx, ort_session, run_session, save_onnx
 from service.modelbuild.types import BuiltModel
+
+if TYPE_CHECKING:
+    from onnxruntime import InferenceSession
 
 NAME = "log-classifier"
 VERSION = "1"
@@ -241,7 +245,7 @@ def build(out_dir: pathlib.Path, seed: int) -> BuiltModel:
     )
 
 
-def _validate(session, model: LogClassifier, tok: Tokenizer, texts: list[str]) -> None:
+def _validate(session: InferenceSession, model: LogClassifier, tok: Tokenizer, texts: list[str]) -> None:
     """ONNX must match torch on batch sizes 1, 3, 16 and several sequence lengths, and ignore padding."""
     by_length = sorted(texts, key=len)
     samples = [by_length[:1], by_length[:3], texts[:16], by_length[-3:], by_length[len(texts) // 2 :][:16]]
@@ -277,7 +281,7 @@ def _validate(session, model: LogClassifier, tok: Tokenizer, texts: list[str]) -
         raise AssertionError(f"{NAME}: inputs longer than {MAX_LENGTH} give a different class")
 
 
-def evaluate(session, tok: Tokenizer, holdout_seed: int, batch: int = 64) -> dict:
+def evaluate(session: InferenceSession, tok: Tokenizer, holdout_seed: int, batch: int = 64) -> dict:
     """Accuracy of an exported model (with its tokenizer) on fresh generated log events."""
     events, labels = EventGenerator(holdout_seed).logs_labeled(HOLDOUT_EVENTS)
     texts = [e[TEXT_FIELD] for e in events]

@@ -162,11 +162,17 @@ def _results_so_far(bootstrap, topic) -> int:
     return sum(end_offsets(bootstrap, topic, PARTITIONS).values())
 
 
-def test_sigkill_mid_stream_loses_nothing(tmp_path, kafka_bootstrap, topics, group_id):
-    items = _metrics(6000, seed=13)
+def _start_mid_stream(tmp_path, kafka_bootstrap, topics, group_id, seed):
+    """Stream 6000 events in the background and return once the service has produced 500 results."""
+    items = _metrics(6000, seed=seed)
     done = _produce_in_background(kafka_bootstrap, topics["in"], items)
-    first = _service(tmp_path, kafka_bootstrap, topics, group_id, batch__max_size=4)
+    service = _service(tmp_path, kafka_bootstrap, topics, group_id, batch__max_size=4)
     wait_for(lambda: _results_so_far(kafka_bootstrap, topics["out"]) >= 500, 60, "first results")
+    return items, done, service
+
+
+def test_sigkill_mid_stream_loses_nothing(tmp_path, kafka_bootstrap, topics, group_id):
+    items, done, first = _start_mid_stream(tmp_path, kafka_bootstrap, topics, group_id, seed=13)
     assert first.stop(signal.SIGKILL) == -signal.SIGKILL
     killed_at = _results_so_far(kafka_bootstrap, topics["out"])
     done.wait(60)
@@ -188,10 +194,7 @@ def test_sigkill_mid_stream_loses_nothing(tmp_path, kafka_bootstrap, topics, gro
 def test_sigterm_commits_what_was_processed_and_restart_has_no_duplicates(
     tmp_path, kafka_bootstrap, topics, group_id
 ):
-    items = _metrics(6000, seed=14)
-    done = _produce_in_background(kafka_bootstrap, topics["in"], items)
-    first = _service(tmp_path, kafka_bootstrap, topics, group_id, batch__max_size=4)
-    wait_for(lambda: _results_so_far(kafka_bootstrap, topics["out"]) >= 500, 60, "first results")
+    items, done, first = _start_mid_stream(tmp_path, kafka_bootstrap, topics, group_id, seed=14)
     assert first.stop(signal.SIGTERM) == 0, first.log()
     processed = read_topic(
         kafka_bootstrap, topics["out"], expected=_results_so_far(kafka_bootstrap, topics["out"])

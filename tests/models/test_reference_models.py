@@ -24,7 +24,9 @@ from service.generate import LOG_LABELS, METRIC_FEATURES, EventGenerator
 from service.modelbuild import build
 from service.modelbuild.common import roc_auc, sha256_file
 
-pytestmark = pytest.mark.models
+# The module fixture's rebuild (~1 min on an idle 2-core machine) counts against the first test's timeout;
+# allow for a machine busy with other work.
+pytestmark = [pytest.mark.models, pytest.mark.timeout(900)]
 
 COMMITTED = Path(service.models.__file__).parent
 HOLDOUT_SEED = 424_242  # differs from the build seed and from the build's own holdout seed
