@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import msgspec
 from confluent_kafka import Producer
 
+from service import logs
 from service.generate import METRIC_FEATURES, EventGenerator
 from service.poison import POISON_KINDS, make_poison
 
@@ -53,7 +54,9 @@ def produce_events(
     rng = random.Random(seed)
     poison_kinds = sorted(k for k in POISON_KINDS if too_large_bytes or k != "too_large")
     target = required_field(kind)
-    producer = Producer(producer_conf | {"linger.ms": 5, "enable.idempotence": True})
+    producer = Producer(
+        producer_conf | {"linger.ms": 5, "enable.idempotence": True, "logger": logs.LIBRDKAFKA}
+    )
     failures: list[str] = []
 
     def on_delivery(err, _msg) -> None:
