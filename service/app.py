@@ -9,6 +9,7 @@ import structlog
 
 from service.config import Settings, require_topics
 from service.engine import Engine
+from service.errors import ConfigError, UnknownTopicError
 from service.outputs import ModelRef
 from service.pipeline import Pipeline
 from service.processors import ModelInfo, Processor, load_processor
@@ -39,19 +40,40 @@ def load_model(settings: Settings) -> tuple[Engine, Processor, ModelRef]:
     return engine, processor, ModelRef(name, version, engine.provider)
 
 
-def warm_up(engine: Engine, processor: Processor, sizes: set[int]) -> None:
-    """Run each batch size once so the first real batch does not pay for allocation and kernel choice."""
+def warm_up(engine: Engine, processor: Processor, sizes: set[int], setting: str) -> None:
+    """Run each batch size once so the first real batch does not pay for allocation and kernel choice.
+    A model that rejects what its processor feeds it is a configuration error, found here at start-up."""
     sample = processor.sample()
     for size in sorted(sizes):
-        engine.run(processor.preprocess([sample] * size))
+        try:
+            outputs = engine.run(processor.preprocess([sample] * size))
+            processor.postprocess(outputs, size)
+        except Exception as exc:
+            raise ConfigError(setting, f"the model rejects what its processor feeds it: {exc}") from None
+
+
+def check_topics(source: Source, settings: Settings) -> None:
+    """Wait for the brokers, then insist the input topics exist; a missing output or DLQ topic is only
+    a warning (the broker may auto-create it; if not, deliveries retry and hold the commits back)."""
+    outputs = [settings.output.topic, settings.dlq.topic]
+    found = source.wait_ready(settings.input.topics + outputs, settings.kafka.startup_timeout_s)
+    missing = [t for t in settings.input.topics if t not in found]
+    if missing:
+        raise UnknownTopicError(f"input topic(s) {missing} do not exist (MICROBATCH_INPUT__TOPICS)")
+    for topic in outputs:
+        if topic not in found:
+            _log.warning("output_topic_missing", topic=topic)
 
 
 def run_service(settings: Settings) -> int:
     """Run until SIGTERM/SIGINT, then drain, commit and close. Returns the process exit code."""
     require_topics(settings)
     engine, processor, model = load_model(settings)
-    warm_up(engine, processor, {1, settings.batch.min_size, settings.batch.max_size})
-    source, sink = Source(settings.kafka), Sink(settings.kafka)
+    model_setting = "MICROBATCH_MODEL__PATH" if settings.model.path else "MICROBATCH_MODEL__NAME"
+    warm_up(engine, processor, {1, settings.batch.min_size, settings.batch.max_size}, model_setting)
+    source = Source(settings.kafka)
+    check_topics(source, settings)
+    sink = Sink(settings.kafka)
     pipeline = Pipeline(settings, source, sink, engine, processor, model)
 
     def _stop(signum: int, _frame: object) -> None:

@@ -1,6 +1,7 @@
 """The ``microbatch`` command (also ``python -m service``).
 
-Exit codes: 0 success, 1 runtime failure, 2 invalid configuration or usage.
+Exit codes: 0 success, 1 runtime failure, 2 invalid configuration or usage, 3 environment not ready at
+start-up (no broker answered, an input topic is missing).
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ import structlog
 
 from service import logs
 from service.config import load_settings
-from service.errors import ConfigError, MicrobatchError
+from service.errors import ConfigError, EnvironmentNotReadyError, MicrobatchError
 
-EXIT_OK, EXIT_FAILURE, EXIT_CONFIG = 0, 1, 2
+EXIT_OK, EXIT_FAILURE, EXIT_CONFIG, EXIT_ENVIRONMENT = 0, 1, 2, 3
 
 # The broker limit (message.max.bytes) is about 1 MB by default, so a "too large" poison message must fit
 # under it; that is only possible when the service's own limit is well below it.
@@ -44,6 +45,13 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--poison-ratio", type=float, default=0.01)
     demo.add_argument("--keep-topics", action="store_true", help="do not delete the demo topics afterwards")
 
+    verify = sub.add_parser("verify", help="check that every input has a result or a dead letter")
+    verify.add_argument("--input", required=True, help="the input topic")
+    verify.add_argument("--output", default=None, help="results topic (default MICROBATCH_OUTPUT__TOPIC)")
+    verify.add_argument("--dlq", default=None, help="dead-letter topic (default MICROBATCH_DLQ__TOPIC)")
+    verify.add_argument("--timeout", type=float, default=120.0, help="seconds to read each topic")
+    verify.add_argument("--json", action="store_true", help="print the report as JSON")
+
     models = sub.add_parser("models", help="list, verify or rebuild the reference models")
     msub = models.add_subparsers(dest="action", required=True)
     msub.add_parser("list", help="the reference models and their manifest entries")
@@ -63,6 +71,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"microbatch: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    except EnvironmentNotReadyError as exc:
+        print(f"microbatch: {exc}", file=sys.stderr)
+        return EXIT_ENVIRONMENT
     except MicrobatchError as exc:
         structlog.get_logger("microbatch").error("failed", error=str(exc))
         return EXIT_FAILURE
@@ -77,6 +88,8 @@ def _dispatch(args: argparse.Namespace, settings) -> int:
         return run_service(settings)
     if args.command == "produce":
         return _produce(args, settings)
+    if args.command == "verify":
+        return _verify(args, settings)
     if args.command == "demo":
         from service.demo import run_demo
 
@@ -100,6 +113,23 @@ def _produce(args: argparse.Namespace, settings) -> int:
     if report.poison:
         print(f"poison: {dict(sorted(report.poison.items()))}")
     return EXIT_OK
+
+
+def _verify(args: argparse.Namespace, settings) -> int:
+    """Exit 0 when nothing was lost or reordered, 1 otherwise."""
+    import msgspec
+
+    from service.verify import format_report, verify
+
+    report = verify(
+        settings.kafka.client_config(),
+        args.input,
+        args.output or settings.output.topic,
+        args.dlq or settings.dlq.topic,
+        args.timeout,
+    )
+    print(msgspec.json.encode(report).decode() if args.json else format_report(report))
+    return EXIT_OK if report.ok else EXIT_FAILURE
 
 
 def _models(args: argparse.Namespace) -> int:

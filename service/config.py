@@ -68,6 +68,8 @@ class KafkaSettings(_Section):
     sasl_username: str | None = None
     sasl_password: SecretStr | None = None
     auto_offset_reset: Literal["earliest", "latest"] = "earliest"
+    startup_timeout_s: float = Field(30.0, ge=0)
+    """How long start-up waits for the brokers to answer; 0 waits forever."""
     session_timeout_ms: int = Field(45_000, ge=1_000)
     max_poll_interval_ms: int = Field(300_000, ge=1_000)
     extra: dict[str, KafkaValue] = Field(default_factory=dict)
@@ -75,7 +77,8 @@ class KafkaSettings(_Section):
     consumer_extra: dict[str, KafkaValue] = Field(default_factory=dict)
     producer_extra: dict[str, KafkaValue] = Field(default_factory=dict)
 
-    def _common(self) -> dict[str, KafkaValue]:
+    def client_config(self) -> dict[str, KafkaValue]:
+        """Connection options shared by every client (bootstrap servers, security, ``EXTRA``)."""
         conf: dict[str, KafkaValue] = {
             "bootstrap.servers": self.bootstrap_servers,
             "client.id": self.client_id,
@@ -92,7 +95,7 @@ class KafkaSettings(_Section):
     def consumer_config(self) -> dict[str, KafkaValue]:
         """librdkafka consumer options. Offsets are stored only by the service, after delivery."""
         return (
-            self._common()
+            self.client_config()
             | {
                 "group.id": self.group_id,
                 "auto.offset.reset": self.auto_offset_reset,
@@ -109,10 +112,13 @@ class KafkaSettings(_Section):
     def producer_config(self) -> dict[str, KafkaValue]:
         """librdkafka producer options: idempotent, acks=all, so a retry can neither lose nor reorder."""
         return (
-            self._common()
+            self.client_config()
             | {
                 "enable.idempotence": True,
                 "acks": "all",
+                # A dead letter carries the original value, which may exceed librdkafka's 1 MB default;
+                # the DLQ topic's own max.message.bytes then decides.
+                "message.max.bytes": 16 * 1024 * 1024,
                 "linger.ms": 5,
                 "compression.type": "lz4",
             }
@@ -136,6 +142,8 @@ class InputSettings(_Section):
     """Larger values go to the dead-letter topic as ``value_too_large``."""
     idle_poll_ms: int = Field(100, ge=1, le=10_000)
     """How long one consume call may block while no batch is open."""
+    max_in_flight: int = Field(10_000, ge=1)
+    """Consumed messages not yet acknowledged above which the consumer pauses (resumes at half)."""
 
     @field_validator("topics", mode="before")
     @classmethod

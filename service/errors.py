@@ -36,7 +36,8 @@ class ConfigError(MicrobatchError):
     """A setting is invalid; the service must not start. ``setting`` is the environment variable name."""
 
     def __init__(self, setting: str, message: str) -> None:
-        super().__init__(f"invalid setting {setting}: {message}")
+        # One line, always: messages quoted from ONNX Runtime span several.
+        super().__init__(f"invalid setting {setting}: {' '.join(message.split())}")
         self.setting = setting
 
 
@@ -59,3 +60,16 @@ class BatchMismatchError(MicrobatchError):
 
 class FatalKafkaError(MicrobatchError):
     """librdkafka reported a fatal error (e.g. the idempotent producer was fenced); the service must stop."""
+
+
+class EnvironmentNotReadyError(MicrobatchError):
+    """What the service needs outside itself is missing at start-up: brokers unreachable, input topic
+    absent. Exit code 3, so an orchestrator can tell it from a configuration error (2)."""
+
+
+class UnknownTopicError(EnvironmentNotReadyError):
+    """A topic the command needs does not exist (or this client may not see it)."""
+
+
+class BrokerUnavailableError(EnvironmentNotReadyError):
+    """No broker answered within ``MICROBATCH_KAFKA__STARTUP_TIMEOUT_S``."""

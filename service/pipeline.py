@@ -32,6 +32,8 @@ class SourceLike(Protocol):
     def consume(self, max_messages: int, timeout_s: float) -> list[InputRecord]: ...
     def store(self, offsets: dict[TopicPartition, int]) -> None: ...
     def commit(self) -> None: ...
+    def pause(self) -> None: ...
+    def resume(self) -> None: ...
     def close(self) -> None: ...
 
 
@@ -78,6 +80,7 @@ class Pipeline:
         self._tracker = OffsetTracker()
         self.stats = Stats(clock)
         self._running = True
+        self._paused = False
 
     # -- the loop -------------------------------------------------------------------------------------
 
@@ -90,6 +93,7 @@ class Pipeline:
             while self._batcher.ready():
                 self._process(self._batcher.take())
             self._acknowledge(self._sink.poll(0))
+            self._apply_backpressure()
             self._log_stats()
         self._shutdown()
 
@@ -171,6 +175,25 @@ class Pipeline:
         offsets = self._tracker.take_committable()
         if offsets:
             self._source.store(offsets)
+
+    def _apply_backpressure(self) -> None:
+        """Pause every partition while too much is unacknowledged (output slow or down), resume at half.
+
+        Paused, the loop still calls consume (so the group keeps us: no max.poll.interval.ms eviction)
+        and polls the producer. Memory stays bounded by MICROBATCH_INPUT__MAX_IN_FLIGHT messages.
+        """
+        in_flight = self._tracker.in_flight()
+        limit = self._settings.input.max_in_flight
+        if self._paused and in_flight <= limit // 2:
+            self._source.resume()
+            self._paused = False
+            _log.info("consumer_resumed", in_flight=in_flight)
+        elif self._paused or in_flight >= limit:
+            # Re-applied every iteration while paused: partitions assigned meanwhile start unpaused.
+            self._source.pause()
+            if not self._paused:
+                self._paused = True
+                _log.warning("consumer_paused", in_flight=in_flight, limit=limit)
 
     def _log_stats(self) -> None:
         if self.stats.due(self._settings.log.stats_interval_s):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
 from typing import Protocol
 
 import structlog
@@ -12,7 +11,7 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from service import logs
 from service.config import KafkaSettings
-from service.errors import FatalKafkaError
+from service.errors import BrokerUnavailableError, FatalKafkaError
 from service.records import InputRecord, TopicPartition
 
 _log = structlog.get_logger("microbatch.source")
@@ -96,10 +95,28 @@ class Source:
             if exc.args[0].code() != KafkaError._NO_OFFSET:
                 _log.warning("commit_failed", error=str(exc))
 
-    def positions(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        """The committed offsets of ``tps`` (for the shutdown log line)."""
-        parts = self._consumer.committed([KafkaTopicPartition(t, p) for t, p in tps], timeout=10)
-        return {(p.topic, p.partition): p.offset for p in parts}
+    def wait_ready(self, topics: list[str], timeout_s: float) -> set[str]:
+        """Block until a broker answers (``timeout_s`` 0: forever); return which of ``topics`` exist.
+        Raises BrokerUnavailableError when no broker answered in time."""
+        deadline = time.monotonic() + timeout_s if timeout_s else float("inf")
+        while True:
+            try:
+                metadata = self._consumer.list_topics(timeout=min(5.0, max(0.1, deadline - time.monotonic())))
+                return {t for t in topics if t in metadata.topics and metadata.topics[t].error is None}
+            except KafkaException as exc:
+                if time.monotonic() >= deadline:
+                    raise BrokerUnavailableError(
+                        f"no broker answered within {timeout_s:.0f}s "
+                        f"(MICROBATCH_KAFKA__STARTUP_TIMEOUT_S): {exc.args[0].str()}"
+                    ) from None
+                _log.warning("waiting_for_brokers", error=exc.args[0].str())
+
+    def pause(self) -> None:
+        """Stop fetching from every assigned partition; ``consume`` keeps serving the group protocol."""
+        self._consumer.pause(self._consumer.assignment())
+
+    def resume(self) -> None:
+        self._consumer.resume(self._consumer.assignment())
 
     def close(self) -> None:
         self._consumer.close()

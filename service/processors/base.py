@@ -59,6 +59,8 @@ def parse_json(value: bytes, decoder: msgspec.json.Decoder = _JSON) -> Any:
     """Decode JSON, telling apart bad text (invalid_utf8), bad JSON (invalid_json) and bad shape."""
     try:
         return decoder.decode(value)
+    except RecursionError:
+        raise InvalidMessage(Reason.INVALID_EVENT, "JSON nested too deeply") from None
     except msgspec.DecodeError as exc:  # ValidationError is a subclass
         # Checked only on the error path, and first: bad bytes are the root cause whatever msgspec saw.
         try:

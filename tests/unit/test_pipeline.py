@@ -149,6 +149,12 @@ class FakeSource:
     def commit(self) -> None:
         self.events.append(("commit",))
 
+    def pause(self) -> None:
+        self.events.append(("pause",))
+
+    def resume(self) -> None:
+        self.events.append(("resume",))
+
     def close(self) -> None:
         self.events.append(("close",))
 
@@ -308,11 +314,17 @@ def rig(clock):
         greedy: bool = False,
         max_value_bytes: int = 10_000,
         idle_poll_ms: int = 100,
+        max_in_flight: int = 10_000,
         **sink_policy,
     ) -> Rig:
         events: list = []
         settings = Settings(
-            input={"topics": [IN], "max_value_bytes": max_value_bytes, "idle_poll_ms": idle_poll_ms},
+            input={
+                "topics": [IN],
+                "max_value_bytes": max_value_bytes,
+                "idle_poll_ms": idle_poll_ms,
+                "max_in_flight": max_in_flight,
+            },
             output={"topic": OUT},
             dlq={"topic": DLQ},
             batch={"min_size": 1, "max_size": max_size, "max_wait_ms": max_wait_ms},
@@ -638,3 +650,28 @@ def test_stop_before_run_still_commits_and_closes_without_consuming(rig):
     r.run()
     assert r.source.consume_calls == []
     assert r.kinds() == ["subscribe", "flush", "commit", "close"]
+
+
+# -- back-pressure ----------------------------------------------------------------------------------------
+
+
+def test_consumer_pauses_at_the_in_flight_limit_and_resumes_at_half(rig):
+    stuck = [rec(o) for o in range(4)]
+    r = rig([stuck], max_size=4, max_in_flight=4, withheld={coords(x) for x in stuck})
+    r.source.script += [[], [], Do(r.sink.release), [], [rec(4)]]
+    r.run()
+    kinds = r.kinds()
+    assert kinds.count("resume") == 1
+    first_pause, resume = kinds.index("pause"), kinds.index("resume")
+    assert first_pause < resume
+    # Paused only once four messages were unacknowledged, and it stayed paused until the acks came.
+    sends_before_pause = kinds[:first_pause].count("send")
+    assert sends_before_pause == 4
+    consumed_at = next(i for i, e in enumerate(r.events) if e[0] == "consumed" and coords(rec(4)) in e[1])
+    assert consumed_at > r.events.index(("resume",))
+    assert set(r.results()) == {coords(rec(o)) for o in range(5)}
+
+
+def test_below_the_limit_the_consumer_is_never_paused(rig):
+    r = rig([[rec(o) for o in range(8)]], max_size=4, max_in_flight=9).run()
+    assert "pause" not in r.kinds()
