@@ -1,4 +1,4 @@
-"""Fixtures for integration tests against a real Kafka broker (never a mock).
+"""Fixtures for tests against a real Kafka broker (never a mock): integration and chaos tiers.
 
 The broker is the single-node KRaft broker of ``deploy/kafka-local/kafka.sh``, started once per
 session unless ``KAFKA_BOOTSTRAP_SERVERS`` points at one already. A broker this session started
@@ -20,8 +20,9 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
-INTEGRATION_DIR = Path(__file__).resolve().parent
-REPO_ROOT = INTEGRATION_DIR.parents[1]
+TESTS_DIR = Path(__file__).resolve().parent
+REPO_ROOT = TESTS_DIR.parent
+TIER_MARKERS = {"integration": pytest.mark.integration, "chaos": pytest.mark.chaos}
 KAFKA_SH = REPO_ROOT / "deploy" / "kafka-local" / "kafka.sh"
 
 # Cold start fetches the jars with Maven; warm start takes a few seconds.
@@ -31,11 +32,12 @@ TOPIC_READY_TIMEOUT_S = 30.0
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark every test under tests/integration with ``integration``."""
+    """Mark every test under tests/integration with ``integration``, under tests/chaos with ``chaos``."""
     for item in items:
         path = Path(str(item.path)).resolve()
-        if path.is_relative_to(INTEGRATION_DIR):
-            item.add_marker(pytest.mark.integration)
+        for tier, marker in TIER_MARKERS.items():
+            if path.is_relative_to(TESTS_DIR / tier):
+                item.add_marker(marker)
 
 
 def _kafka_sh(command: str, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess[str]:
@@ -106,12 +108,10 @@ def _wait_topic_ready(admin: AdminClient, topic: str, partitions: int, timeout: 
         time.sleep(0.1)
 
 
-@pytest.fixture
-def topic_factory(admin: AdminClient) -> Iterator[Callable[..., str]]:
-    """``make_topic(partitions=1, prefix="t", *, config=None) -> str``: a new, ready topic.
-
-    Topics are uniquely named and deleted when the test ends.
-    """
+def make_topic_factory(admin: AdminClient) -> Iterator[Callable[..., str]]:
+    """Yield ``make_topic(partitions=1, prefix="t", *, config=None) -> str``, creating a new, ready,
+    uniquely named topic on ``admin``'s cluster; delete every topic it made afterwards (best effort: a
+    broker a test left stopped just keeps them)."""
     created: list[str] = []
 
     def make_topic(partitions: int = 1, prefix: str = "t", *, config: dict[str, str] | None = None) -> str:
@@ -134,6 +134,12 @@ def topic_factory(admin: AdminClient) -> Iterator[Callable[..., str]]:
         except KafkaException as exc:
             if exc.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
                 warnings.warn(f"could not delete topic {name}: {exc}", stacklevel=1)
+
+
+@pytest.fixture
+def topic_factory(admin: AdminClient) -> Iterator[Callable[..., str]]:
+    """``make_topic(partitions=1, prefix="t", *, config=None) -> str`` on the session broker."""
+    yield from make_topic_factory(admin)
 
 
 @pytest.fixture
