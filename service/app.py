@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import signal
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import structlog
@@ -52,36 +54,53 @@ def warm_up(engine: Engine, processor: Processor, sizes: set[int], setting: str)
             raise ConfigError(setting, f"the model rejects what its processor feeds it: {exc}") from None
 
 
-def check_topics(source: Source, settings: Settings) -> None:
+def check_topics(source: Source, settings: Settings, stopped: Callable[[], bool]) -> bool:
     """Wait for the brokers, then insist the input topics exist; a missing output or DLQ topic is only
-    a warning (the broker may auto-create it; if not, deliveries retry and hold the commits back)."""
+    a warning (the broker may auto-create it; if not, deliveries retry and hold the commits back).
+    Returns False if a stop was requested while waiting."""
     outputs = [settings.output.topic, settings.dlq.topic]
-    found = source.wait_ready(settings.input.topics + outputs, settings.kafka.startup_timeout_s)
+    found = source.wait_ready(settings.input.topics + outputs, settings.kafka.startup_timeout_s, stopped)
+    if found is None:
+        return False
     missing = [t for t in settings.input.topics if t not in found]
     if missing:
         raise UnknownTopicError(f"input topic(s) {missing} do not exist (MICROBATCH_INPUT__TOPICS)")
     for topic in outputs:
         if topic not in found:
             _log.warning("output_topic_missing", topic=topic)
+    return True
 
 
 def run_service(settings: Settings) -> int:
-    """Run until SIGTERM/SIGINT, then drain, commit and close. Returns the process exit code."""
+    """Run until SIGTERM/SIGINT, then drain, commit and close. Returns the process exit code.
+
+    The signal handlers go in first, so a stop during start-up (e.g. while waiting for brokers) is a
+    clean exit 0 too.
+    """
     require_topics(settings)
-    engine, processor, model = load_model(settings)
-    model_setting = "MICROBATCH_MODEL__PATH" if settings.model.path else "MICROBATCH_MODEL__NAME"
-    warm_up(engine, processor, {1, settings.batch.min_size, settings.batch.max_size}, model_setting)
-    source = Source(settings.kafka)
-    check_topics(source, settings)
-    sink = Sink(settings.kafka)
-    pipeline = Pipeline(settings, source, sink, engine, processor, model)
+    stopping = threading.Event()
+    pipeline: Pipeline | None = None
 
     def _stop(signum: int, _frame: object) -> None:
         _log.info("stopping", signal=signal.Signals(signum).name)
-        pipeline.stop()
+        stopping.set()
+        if pipeline is not None:
+            pipeline.stop()
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
+
+    engine, processor, model = load_model(settings)
+    warm_up(
+        engine, processor, {1, settings.batch.min_size, settings.batch.max_size}, _model_setting(settings)
+    )
+    source = Source(settings.kafka)
+    if not check_topics(source, settings, stopping.is_set):
+        source.close()
+        return 0
+    pipeline = Pipeline(settings, source, Sink(settings.kafka), engine, processor, model)
+    if stopping.is_set():  # a signal between the check and the assignment above
+        pipeline.stop()
     _log.info(
         "started",
         model=model.name,
@@ -95,3 +114,10 @@ def run_service(settings: Settings) -> int:
     )
     pipeline.run()
     return 0
+
+
+def _model_setting(settings: Settings) -> str:
+    """The setting to blame when the model rejects its processor's tensors."""
+    if settings.model.features:
+        return "MICROBATCH_MODEL__FEATURES"
+    return "MICROBATCH_MODEL__PATH" if settings.model.path else "MICROBATCH_MODEL__NAME"

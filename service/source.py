@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Protocol
 
 import structlog
@@ -33,6 +34,7 @@ class Source:
     def __init__(self, settings: KafkaSettings) -> None:
         conf = settings.consumer_config() | {"error_cb": self._on_error, "logger": logs.LIBRDKAFKA}
         self._consumer = Consumer(conf)
+        self._bootstrap = settings.bootstrap_servers
         self._fatal: KafkaError | None = None
 
     def subscribe(self, topics: list[str], listener: RebalanceListener) -> None:
@@ -95,21 +97,28 @@ class Source:
             if exc.args[0].code() != KafkaError._NO_OFFSET:
                 _log.warning("commit_failed", error=str(exc))
 
-    def wait_ready(self, topics: list[str], timeout_s: float) -> set[str]:
-        """Block until a broker answers (``timeout_s`` 0: forever); return which of ``topics`` exist.
-        Raises BrokerUnavailableError when no broker answered in time."""
+    def wait_ready(
+        self, topics: list[str], timeout_s: float, stopped: Callable[[], bool] = lambda: False
+    ) -> set[str] | None:
+        """Block until a broker answers (``timeout_s`` 0: forever); return which of ``topics`` exist, or
+        None once ``stopped()`` turns true. Raises BrokerUnavailableError when no broker answered in time."""
         deadline = time.monotonic() + timeout_s if timeout_s else float("inf")
-        while True:
+        next_log = 0.0
+        while not stopped():
             try:
-                metadata = self._consumer.list_topics(timeout=min(5.0, max(0.1, deadline - time.monotonic())))
+                # Short attempts, so a stop request is noticed within a second.
+                metadata = self._consumer.list_topics(timeout=min(1.0, max(0.1, deadline - time.monotonic())))
                 return {t for t in topics if t in metadata.topics and metadata.topics[t].error is None}
             except KafkaException as exc:
                 if time.monotonic() >= deadline:
                     raise BrokerUnavailableError(
-                        f"no broker answered within {timeout_s:.0f}s "
+                        f"no broker at {self._bootstrap} answered within {timeout_s:g}s "
                         f"(MICROBATCH_KAFKA__STARTUP_TIMEOUT_S): {exc.args[0].str()}"
                     ) from None
-                _log.warning("waiting_for_brokers", error=exc.args[0].str())
+                if time.monotonic() >= next_log:
+                    next_log = time.monotonic() + 30
+                    _log.warning("waiting_for_brokers", bootstrap=self._bootstrap, error=exc.args[0].str())
+        return None
 
     def pause(self) -> None:
         """Stop fetching from every assigned partition; ``consume`` keeps serving the group protocol."""

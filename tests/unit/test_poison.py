@@ -24,7 +24,7 @@ METRICS_EVENT = {"host": "web-1", "cpu": 0.75, "mem": 41, "disk": 12.5}
 LOG_EVENT = {"host": "web-1", "level": "error", "message": "disk full on /var"}
 
 # Kinds whose reason does not depend on the value being JSON: they apply to plain-line text too.
-GENERIC_KINDS = {"empty", "null", "too_large", "bad_utf8"}
+GENERIC_KINDS = {"empty", "null", "too_large", "bad_utf8", "truncated_utf8"}
 # Kinds that pick one of several values at random; tested for every variant below.
 RANDOM_KINDS = {"wrong_type"}
 

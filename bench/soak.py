@@ -1,0 +1,197 @@
+"""Soak benchmark (not a test): run the service for a long time at about half its sustainable rate and
+record memory, lag and latency over time.
+
+    .venv/bin/python bench/soak.py [--duration 600] [--rate auto|N] [--model metrics-anomaly]
+
+Needs a broker (``make kafka-up``). ``--rate auto`` first measures the sustainable rate by letting the
+service drain a backlog, then soaks at half of it. Writes ``bench/results/soak-<model>.json`` and prints a
+table; the figures go in docs/RELIABILITY.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import msgspec
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from service.produce import produce_events  # noqa: E402
+from service.verify import verify  # noqa: E402
+from tests.integration.harness import start_service  # noqa: E402
+
+PARTITIONS = 4
+SAMPLE_EVERY_S = 10.0
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def lag(bootstrap: str, group: str, topic: str) -> int:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        parts = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+        committed = consumer.committed(parts, timeout=10)
+        total = 0
+        for tp in committed:
+            high = consumer.get_watermark_offsets(TopicPartition(topic, tp.partition), timeout=10)[1]
+            total += high - max(tp.offset, 0)
+        return total
+    finally:
+        consumer.close()
+
+
+def stats_lines(log_path: Path, since: int) -> tuple[list[dict], int]:
+    data = log_path.read_bytes()
+    lines = [json.loads(line) for line in data[since:].splitlines() if b'"event": "stats"' in line]
+    return lines, len(data)
+
+
+def create_topics(admin: AdminClient, names: list[str]) -> None:
+    for future in admin.create_topics([NewTopic(n, PARTITIONS, 1) for n in names]).values():
+        future.result(timeout=30)
+
+
+def measure_sustainable(bootstrap: str, admin: AdminClient, model: str, kind: str, log_dir: Path) -> float:
+    """Drain a backlog of events and return results per second."""
+    run = uuid.uuid4().hex[:6]
+    topics = {"in": f"soak.cap.in.{run}", "out": f"soak.cap.out.{run}", "dlq": f"soak.cap.dlq.{run}"}
+    create_topics(admin, list(topics.values()))
+    count = 30_000
+    produce_events({"bootstrap.servers": bootstrap}, topics["in"], kind, count, seed=1)
+    service = start_service(
+        log_dir,
+        kafka__bootstrap_servers=bootstrap,
+        kafka__group_id=f"soak-cap-{run}",
+        input__topics=topics["in"],
+        output__topic=topics["out"],
+        dlq__topic=topics["dlq"],
+        model__name=model,
+        model__intra_op_threads="0",
+    )
+    try:
+        start = time.monotonic()
+        while lag(bootstrap, f"soak-cap-{run}", topics["in"]) > 0 and time.monotonic() - start < 300:
+            time.sleep(1.0)
+        return count / (time.monotonic() - start)
+    finally:
+        service.stop()
+        admin.delete_topics(list(topics.values()))
+
+
+def summarize(samples: list[dict]) -> dict:
+    """Memory growth, worst lag and steady-state latency (the first sample includes the warm-up)."""
+    steady = [s for s in samples if s["p99_ms"] is not None][1:]
+    return {
+        "rss_mib_first": samples[0]["rss_mib"],
+        "rss_mib_last": samples[-1]["rss_mib"],
+        "rss_mib_max": max(s["rss_mib"] for s in samples),
+        "lag_max": max(s["lag"] for s in samples),
+        "p99_ms_max_steady": max((s["p99_ms"] for s in steady), default=None),
+        "p50_ms_median_steady": sorted(s["p50_ms"] for s in steady)[len(steady) // 2] if steady else None,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--bootstrap", default="127.0.0.1:9092")
+    parser.add_argument("--duration", type=float, default=600.0)
+    parser.add_argument("--rate", default="auto")
+    parser.add_argument("--model", default="metrics-anomaly", choices=("metrics-anomaly", "log-classifier"))
+    args = parser.parse_args()
+    kind = "metrics" if args.model == "metrics-anomaly" else "logs"
+    admin = AdminClient({"bootstrap.servers": args.bootstrap})
+    log_dir = ROOT / ".local" / "soak"
+    log_dir.mkdir(parents=True, exist_ok=True)
+
+    sustainable = None
+    if args.rate == "auto":
+        sustainable = measure_sustainable(args.bootstrap, admin, args.model, kind, log_dir)
+        rate = round(sustainable / 2)
+        print(f"sustainable ~{sustainable:.0f} events/s (backlog drain); soaking at {rate}/s")
+    else:
+        rate = float(args.rate)
+
+    run = uuid.uuid4().hex[:6]
+    topics = {"in": f"soak.in.{run}", "out": f"soak.out.{run}", "dlq": f"soak.dlq.{run}"}
+    create_topics(admin, list(topics.values()))
+    group = f"soak-{run}"
+    service = start_service(
+        log_dir,
+        kafka__bootstrap_servers=args.bootstrap,
+        kafka__group_id=group,
+        input__topics=topics["in"],
+        output__topic=topics["out"],
+        dlq__topic=topics["dlq"],
+        model__name=args.model,
+        log__stats_interval_s=str(SAMPLE_EVERY_S),
+    )
+    count = int(rate * args.duration)
+    producer = threading.Thread(
+        target=produce_events,
+        args=({"bootstrap.servers": args.bootstrap}, topics["in"], kind, count, rate, 0.001, 2, None),
+        daemon=True,
+    )
+    samples = []
+    offset = 0
+    try:
+        time.sleep(3.0)  # let it join the group before traffic starts
+        producer.start()
+        start = time.monotonic()
+        while producer.is_alive() and time.monotonic() - start < args.duration + 60:
+            time.sleep(SAMPLE_EVERY_S)
+            lines, offset = stats_lines(service.log_path, offset)
+            last = lines[-1] if lines else {}
+            samples.append(
+                {
+                    "t_s": round(time.monotonic() - start),
+                    "rss_mib": round(rss_mib(service.proc.pid), 1),
+                    "lag": lag(args.bootstrap, group, topics["in"]),
+                    "events_per_s": last.get("events_per_s"),
+                    "p50_ms": last.get("latency_p50_ms"),
+                    "p99_ms": last.get("latency_p99_ms"),
+                    "mean_batch": last.get("mean_batch_size"),
+                }
+            )
+            print(samples[-1], flush=True)
+        producer.join(timeout=60)
+        deadline = time.monotonic() + 60
+        while lag(args.bootstrap, group, topics["in"]) > 0 and time.monotonic() < deadline:
+            time.sleep(1.0)
+    finally:
+        exit_code = service.stop()
+    report = verify({"bootstrap.servers": args.bootstrap}, topics["in"], topics["out"], topics["dlq"])
+    admin.delete_topics(list(topics.values()))
+    result = summarize(samples) | {
+        "model": args.model,
+        "duration_s": args.duration,
+        "rate_per_s": rate,
+        "sustainable_per_s": round(sustainable) if sustainable else None,
+        "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
+        "verify": report.summary(),
+        "service_exit_code": exit_code,
+        "samples": samples,
+    }
+    out = ROOT / "bench" / "results" / f"soak-{args.model}.json"
+    out.write_bytes(msgspec.json.format(msgspec.json.encode(result)))
+    print(json.dumps({k: v for k, v in result.items() if k != "samples"}, indent=1))
+    return 0 if report.ok and exit_code == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
