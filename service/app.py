@@ -8,8 +8,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import structlog
+from confluent_kafka import KafkaException
 
-from service.config import Settings, require_topics
+from service.config import KafkaSettings, Settings, require_topics
 from service.engine import Engine
 from service.errors import ConfigError, UnknownTopicError
 from service.outputs import ModelRef
@@ -81,8 +82,8 @@ def run_service(settings: Settings) -> int:
     stopping = threading.Event()
     pipeline: Pipeline | None = None
 
-    def _stop(signum: int, _frame: object) -> None:
-        _log.info("stopping", signal=signal.Signals(signum).name)
+    def _stop(_signum: int, _frame: object) -> None:
+        # Only flags: logging here could deadlock on the logger's lock held by the interrupted code.
         stopping.set()
         if pipeline is not None:
             pipeline.stop()
@@ -90,15 +91,14 @@ def run_service(settings: Settings) -> int:
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
 
+    source, sink = build_clients(settings.kafka)
     engine, processor, model = load_model(settings)
-    warm_up(
-        engine, processor, {1, settings.batch.min_size, settings.batch.max_size}, _model_setting(settings)
-    )
-    source = Source(settings.kafka)
+    sizes = {1, settings.batch.min_size, settings.batch.max_size}
+    warm_up(engine, processor, sizes, _model_setting(settings))
     if not check_topics(source, settings, stopping.is_set):
         source.close()
         return 0
-    pipeline = Pipeline(settings, source, Sink(settings.kafka), engine, processor, model)
+    pipeline = Pipeline(settings, source, sink, engine, processor, model)
     if stopping.is_set():  # a signal between the check and the assignment above
         pipeline.stop()
     _log.info(
@@ -114,6 +114,19 @@ def run_service(settings: Settings) -> int:
     )
     pipeline.run()
     return 0
+
+
+def build_clients(kafka: KafkaSettings) -> tuple[Source, Sink]:
+    """Create both clients first, so librdkafka's own validation of the options (unknown keys, bad
+    values in the *_EXTRA settings) stops start-up as a configuration error naming the variable."""
+    try:
+        return Source(kafka), Sink(kafka)
+    except KafkaException as exc:
+        message = exc.args[0].str()
+        used = [n for n in ("consumer_extra", "producer_extra", "extra") if getattr(kafka, n)]
+        named = [n for n in used if any(key in message for key in getattr(kafka, n))]
+        culprit = (named or used or ["extra"])[0]  # librdkafka may name an alias, not the key given
+        raise ConfigError(f"MICROBATCH_KAFKA__{culprit.upper()}", message) from None
 
 
 def _model_setting(settings: Settings) -> str:

@@ -32,6 +32,9 @@ _PROVIDER_ALIASES = {
 
 KafkaValue = str | int | float | bool
 
+# librdkafka options the at-least-once contract rests on; no *_EXTRA setting may change them.
+_GUARANTEE_KEYS = {"enable.auto.offset.store", "enable.auto.commit", "acks", "enable.idempotence"}
+
 
 def _split_list(value: Any) -> Any:
     """Accept ``a,b,c`` as well as a JSON list, so ``MICROBATCH_INPUT__TOPICS=logs,metrics`` just works."""
@@ -71,11 +74,27 @@ class KafkaSettings(_Section):
     startup_timeout_s: float = Field(30.0, ge=0)
     """How long start-up waits for the brokers to answer; 0 waits forever."""
     session_timeout_ms: int = Field(45_000, ge=1_000)
-    max_poll_interval_ms: int = Field(300_000, ge=1_000)
+    max_poll_interval_ms: int = Field(300_000, ge=1_000, validate_default=True)
     extra: dict[str, KafkaValue] = Field(default_factory=dict)
     """librdkafka options passed to both clients, as a JSON object."""
     consumer_extra: dict[str, KafkaValue] = Field(default_factory=dict)
     producer_extra: dict[str, KafkaValue] = Field(default_factory=dict)
+
+    @field_validator("extra", "consumer_extra", "producer_extra")
+    @classmethod
+    def _keeps_the_guarantee(cls, value: dict[str, KafkaValue]) -> dict[str, KafkaValue]:
+        locked = sorted(set(value) & _GUARANTEE_KEYS)
+        if locked:
+            raise ValueError(f"{locked} cannot be overridden: the delivery guarantee depends on them")
+        return value
+
+    @field_validator("max_poll_interval_ms")
+    @classmethod
+    def _poll_above_session(cls, value: int, info: Any) -> int:
+        session = info.data.get("session_timeout_ms")
+        if session is not None and value < session:
+            raise ValueError(f"must be >= MICROBATCH_KAFKA__SESSION_TIMEOUT_MS ({session})")
+        return value
 
     def client_config(self) -> dict[str, KafkaValue]:
         """Connection options shared by every client (bootstrap servers, security, ``EXTRA``)."""

@@ -17,6 +17,8 @@ def decode(record: InputRecord, parse: Parse, max_value_bytes: int) -> Decoded |
     A processor signals bad input with :class:`InvalidMessage`; any other exception from it is a bug in
     the processor but is still contained here, so that one message can never stop the loop.
     """
+    if record.header_error is not None:
+        return Rejection(record, Reason.INVALID_HEADERS, record.header_error)
     value = record.value
     if value is None:
         return Rejection(record, Reason.EMPTY_VALUE, "null value (tombstone)")

@@ -21,11 +21,12 @@ from pathlib import Path
 
 import msgspec
 import numpy as np
-from confluent_kafka import Consumer, KafkaException
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from service.config import Settings
 from service.produce import ProduceReport, produce_events
+from service.verify import VerifyReport, read_to_end, verify
 
 MODELS = {"metrics-anomaly": "metrics", "log-classifier": "logs"}
 _DEMO_MAX_VALUE_BYTES = 65_536
@@ -43,6 +44,7 @@ class ModelRun:
     report: ProduceReport = field(default_factory=ProduceReport)
     results: list[dict] = field(default_factory=list)
     dead: Counter[str] = field(default_factory=Counter)
+    verdict: VerifyReport | None = None
     exit_code: int | None = None
 
 
@@ -75,7 +77,7 @@ def run_demo(settings: Settings, args: argparse.Namespace) -> int:
         for run in runs:
             _wait_until_assigned(run, timeout_s=60)
         _produce_all(runs, settings, args)
-        _wait_for_outputs(runs, bootstrap, timeout_s=60)
+        _wait_for_outputs(runs, {"bootstrap.servers": bootstrap}, timeout_s=60)
     finally:
         for run in runs:
             run.exit_code = _stop_service(run.process)
@@ -83,7 +85,7 @@ def run_demo(settings: Settings, args: argparse.Namespace) -> int:
             admin.delete_topics(all_topics, operation_timeout=10)
     for run in runs:
         _print_summary(run)
-    ok = all(r.exit_code == 0 for r in runs) and all(_missing(r) == 0 for r in runs)
+    ok = all(r.exit_code == 0 and r.verdict is not None and r.verdict.ok for r in runs)
     print("demo finished: " + ("every input has a result or a dead letter" if ok else "PROBLEMS, see above"))
     return 0 if ok else 1
 
@@ -152,44 +154,23 @@ def _produce_all(runs: list[ModelRun], settings: Settings, args: argparse.Namesp
         raise errors[0]
 
 
-def _wait_for_outputs(runs: list[ModelRun], bootstrap: str, timeout_s: float) -> None:
-    """Read results and dead letters until every input is answered or ``timeout_s`` passes."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"demo-reader-{uuid.uuid4().hex[:8]}",
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-        }
-    )
-    by_topic = {}
-    for run in runs:
-        by_topic[run.topics["results"]] = (run, "results")
-        by_topic[run.topics["dlq"]] = (run, "dlq")
-    consumer.subscribe(list(by_topic))
-    decoder = msgspec.json.Decoder()
+def _wait_for_outputs(runs: list[ModelRun], client_conf: dict, timeout_s: float) -> None:
+    """Poll the verifier until no input is missing an answer (or ``timeout_s``), then read what came out."""
     deadline = time.monotonic() + timeout_s
-    try:
-        while time.monotonic() < deadline and any(_answered(r) < r.report.sent for r in runs):
-            for msg in consumer.consume(500, 0.5):
-                if msg.error():
-                    continue
-                run, kind = by_topic[msg.topic()]
-                if kind == "results":
-                    run.results.append(decoder.decode(msg.value()))
-                else:
-                    reason = dict(msg.headers() or []).get("error.reason", b"?").decode()
-                    run.dead[reason] += 1
-    finally:
-        consumer.close()
-
-
-def _answered(run: ModelRun) -> int:
-    return len(run.results) + sum(run.dead.values())
+    for run in runs:
+        while True:
+            run.verdict = verify(client_conf, run.topics["in"], run.topics["results"], run.topics["dlq"])
+            if run.verdict.total("lost") == 0 or time.monotonic() > deadline:
+                break
+            time.sleep(1.0)
+        decoder = msgspec.json.Decoder()
+        run.results = [decoder.decode(m.value()) for m in read_to_end(client_conf, run.topics["results"])]
+        for msg in read_to_end(client_conf, run.topics["dlq"]):
+            run.dead[dict(msg.headers() or []).get("error.reason", b"?").decode()] += 1
 
 
 def _missing(run: ModelRun) -> int:
-    return max(0, run.report.sent - _answered(run))
+    return run.verdict.total("lost") if run.verdict else run.report.sent
 
 
 def _stop_service(process: subprocess.Popen | None) -> int | None:
@@ -210,7 +191,7 @@ def _print_summary(run: ModelRun) -> None:
     print(f"\n== {run.model} ({run.kind})  service exit code {run.exit_code}  log {run.log_path}")
     print(
         f"events in {run.report.sent}   results {len(results)}   dead letters {sum(run.dead.values())}"
-        f"   missing {_missing(run)}"
+        f"   missing {_missing(run)}   duplicates {run.verdict.total('duplicates') if run.verdict else '?'}"
     )
     if run.dead:
         print(f"dead letters by reason: {dict(sorted(run.dead.items()))}")

@@ -7,13 +7,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import onnxruntime as ort
 import structlog
 
 from service.errors import ConfigError
-
-Tensors = dict[str, np.ndarray]
+from service.processors.base import Tensors
 
 _GPU_PROVIDERS = {"CUDAExecutionProvider", "TensorrtExecutionProvider"}
 _log = structlog.get_logger("microbatch.engine")

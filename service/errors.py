@@ -25,7 +25,11 @@ class Reason(StrEnum):
     INFERENCE_ERROR = "inference_error"
     """The model failed on this item even when run alone."""
     INVALID_OUTPUT = "invalid_output"
-    """The model returned a non-finite value (NaN or infinity) for this item."""
+    """The model returned a non-finite value (NaN or infinity), or a result that cannot be encoded."""
+    INVALID_HEADERS = "invalid_headers"
+    """The record's headers cannot be read (a header name that is not UTF-8); they are not copied."""
+    OUTPUT_REJECTED = "output_rejected"
+    """The broker refused this item's result for good (e.g. larger than the output topic allows)."""
 
 
 class MicrobatchError(Exception):
@@ -51,11 +55,16 @@ class InvalidMessage(MicrobatchError):
 
 
 class OffsetOrderError(MicrobatchError):
-    """An offset was tracked out of order or acknowledged without being tracked: a bug, never bad input."""
+    """An offset was tracked below one already tracked for its partition without a rebalance between."""
 
 
 class BatchMismatchError(MicrobatchError):
     """A processor or model returned a different number of results than the batch had inputs."""
+
+
+class EngineFailedError(MicrobatchError):
+    """The model fails even on a known-good sample: the runtime itself is broken (e.g. a lost GPU), so
+    stopping beats dead-lettering every message."""
 
 
 class FatalKafkaError(MicrobatchError):

@@ -7,6 +7,7 @@ from typing import Any
 
 import msgspec
 
+from service.errors import Reason
 from service.records import Headers, InputRecord, OutRecord, Rejection
 
 _ENCODER = msgspec.json.Encoder()
@@ -58,3 +59,18 @@ def dead_letter(rejection: Rejection, topic: str) -> OutRecord:
         ("source.offset", str(record.offset).encode()),
     ]
     return OutRecord(topic, record.key, record.value, headers, record)
+
+
+def replace_refused(out: OutRecord, why: str, dlq_topic: str) -> OutRecord | None:
+    """What to send instead of a record the broker refused for good (too large, invalid).
+
+    A result becomes a dead letter of its input (``output_rejected``). A dead letter is sent again without
+    its value, its original size in ``error.value_dropped``, so its partition is not stuck behind it.
+    None when there is nothing smaller left to try (the caller keeps the offset uncommitted).
+    """
+    if out.topic != dlq_topic:
+        return dead_letter(Rejection(out.source, Reason.OUTPUT_REJECTED, why), dlq_topic)
+    if out.value is None:
+        return None
+    headers: Headers = [*(out.headers or []), ("error.value_dropped", str(len(out.value)).encode())]
+    return OutRecord(out.topic, out.key, None, headers, out.source)

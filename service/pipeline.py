@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Protocol
 
 import numpy as np
 import structlog
@@ -16,36 +15,15 @@ import structlog
 from service.batcher import Batcher
 from service.config import Settings
 from service.decode import decode
-from service.errors import BatchMismatchError, InvalidMessage, Reason
+from service.errors import BatchMismatchError, EngineFailedError, InvalidMessage, OffsetOrderError, Reason
 from service.offsets import OffsetTracker
-from service.outputs import ModelRef, dead_letter, result_record
-from service.processors import Processor, ResultOrError, Tensors
-from service.records import Decoded, InputRecord, OutRecord, Rejection, TopicPartition
-from service.source import RebalanceListener
+from service.outputs import ModelRef, dead_letter, replace_refused, result_record
+from service.ports import EngineLike, SinkLike, SourceLike
+from service.processors import Processor, ResultOrError
+from service.records import Decoded, InputRecord, Rejection, TopicPartition
 from service.stats import Stats
 
 _log = structlog.get_logger("microbatch.pipeline")
-
-
-class SourceLike(Protocol):
-    def subscribe(self, topics: list[str], listener: RebalanceListener) -> None: ...
-    def consume(self, max_messages: int, timeout_s: float) -> list[InputRecord]: ...
-    def store(self, offsets: dict[TopicPartition, int]) -> None: ...
-    def commit(self) -> None: ...
-    def pause(self) -> None: ...
-    def resume(self) -> None: ...
-    def close(self) -> None: ...
-
-
-class SinkLike(Protocol):
-    def send(self, out: OutRecord) -> None: ...
-    def poll(self, timeout_s: float = 0.0) -> list[InputRecord]: ...
-    def flush(self, timeout_s: float) -> list[InputRecord]: ...
-    def pending(self) -> int: ...
-
-
-class EngineLike(Protocol):
-    def run(self, feeds: Tensors) -> Tensors: ...
 
 
 class Pipeline:
@@ -81,24 +59,37 @@ class Pipeline:
         self.stats = Stats(clock)
         self._running = True
         self._paused = False
+        self._closing = False
 
     # -- the loop -------------------------------------------------------------------------------------
 
     def run(self) -> None:
-        """Process until :meth:`stop`; then finish what was consumed, flush, commit and close."""
+        """Process until :meth:`stop`; then finish what was consumed, flush, commit and close.
+
+        On an unexpected error the consumer is still closed (which commits only offsets already stored,
+        i.e. delivered), so the group rebalances at once instead of after a session timeout; then the
+        error propagates.
+        """
         self._source.subscribe(self._settings.input.topics, self)
-        while self._running:
-            for record in self._source.consume(*self._consume_plan()):
-                self._accept(record)
-            while self._batcher.ready():
-                self._process(self._batcher.take())
-            self._acknowledge(self._sink.poll(0))
-            self._apply_backpressure()
-            self._log_stats()
+        try:
+            while self._running:
+                for record in self._source.consume(*self._consume_plan()):
+                    self._accept(record)
+                while self._batcher.ready():
+                    self._process(self._batcher.take())
+                self._acknowledge(self._sink.poll(0))
+                self._apply_backpressure()
+                self._log_stats()
+        except BaseException:
+            self._closing = True
+            self._source.close()
+            raise
+        _log.info("stopping")
         self._shutdown()
 
     def stop(self) -> None:
-        """Ask the loop to finish. Safe from a signal handler."""
+        """Ask the loop to finish. Safe from a signal handler: it only flips a flag (no logging, no
+        locks), so it cannot deadlock with the thread it interrupted."""
         self._running = False
 
     def _consume_plan(self) -> tuple[int, float]:
@@ -114,7 +105,16 @@ class Pipeline:
         return self._batcher.max_size - len(self._batcher), due
 
     def _accept(self, record: InputRecord) -> None:
-        self._tracker.track(record.tp, record.offset)
+        try:
+            self._tracker.track(record.tp, record.offset)
+        except OffsetOrderError:
+            # The partition was rewound without a rebalance (offset reset, log truncation): start its
+            # bookkeeping afresh; whatever is re-read is processed again (duplicates, never a loss).
+            _log.warning(
+                "partition_rewound", partition=f"{record.topic}[{record.partition}]", offset=record.offset
+            )
+            self._tracker.forget([record.tp])
+            self._tracker.track(record.tp, record.offset)
         self.stats.events_in += 1
         outcome = decode(record, self._processor.parse, self._settings.input.max_value_bytes)
         if isinstance(outcome, Rejection):
@@ -124,19 +124,23 @@ class Pipeline:
 
     def _process(self, batch: list[Decoded]) -> None:
         """Infer one batch and queue one output per input, in input order."""
+        answers = list(self._infer(batch))
         produced_ms = self._wall_ms()
         now = self._clock()
         topic = self._settings.output.topic
         event_ms = []
-        for item, result in self._infer(batch):
+        for item, result in answers:
             record = item.record
             if isinstance(result, InvalidMessage):
                 self._reject(Rejection(record, result.reason, result.detail))
                 continue
             consumed_ms = produced_ms - int((now - record.received) * 1000)
-            self._sink.send(
-                result_record(record, topic, self._model, result, len(batch), consumed_ms, produced_ms)
-            )
+            try:
+                out = result_record(record, topic, self._model, result, len(batch), consumed_ms, produced_ms)
+            except (TypeError, ValueError) as exc:  # a processor returned something JSON cannot hold
+                self._reject(Rejection(record, Reason.INVALID_OUTPUT, f"result not encodable: {exc}"))
+                continue
+            self._sink.send(out)
             event_ms.append(record.timestamp_ms or consumed_ms)
         self.stats.results_out += len(event_ms)
         self.stats.batch(len(batch), produced_ms - np.asarray(event_ms, dtype=np.float64))
@@ -144,14 +148,13 @@ class Pipeline:
     def _infer(self, batch: Sequence[Decoded]) -> Iterator[tuple[Decoded, ResultOrError]]:
         """Yield (item, result) for every item. A batch that fails is split in halves and retried, so a
         failure (a bad item, or running out of GPU memory on a big batch) costs only the items that fail
-        when run alone; those get ``inference_error``."""
+        when run alone; those get ``inference_error``. Raises EngineFailedError when the model fails on
+        the processor's known-good sample as well: then the runtime is broken, not the item."""
         try:
-            tensors = self._processor.preprocess([d.item for d in batch])
-            results = self._processor.postprocess(self._engine.run(tensors), len(batch))
-            if len(results) != len(batch):
-                raise BatchMismatchError(f"{len(results)} results for {len(batch)} inputs")
+            results = self._run([d.item for d in batch])
         except Exception as exc:
             if len(batch) == 1:
+                self._check_engine(exc)
                 failure = InvalidMessage(Reason.INFERENCE_ERROR, f"{type(exc).__name__}: {exc}"[:500])
                 yield batch[0], failure
                 return
@@ -164,17 +167,36 @@ class Pipeline:
             return
         yield from zip(batch, results, strict=True)
 
+    def _run(self, items: list) -> list[ResultOrError]:
+        results = self._processor.postprocess(self._engine.run(self._processor.preprocess(items)), len(items))
+        if len(results) != len(items):
+            raise BatchMismatchError(f"{len(results)} results for {len(items)} inputs")
+        return results
+
+    def _check_engine(self, item_error: Exception) -> None:
+        try:
+            self._run([self._processor.sample()])
+        except Exception as exc:
+            raise EngineFailedError(f"the model fails on a known-good sample too: {exc}") from item_error
+
     def _reject(self, rejection: Rejection) -> None:
         self.stats.rejected(rejection.reason.value)
         self._sink.send(dead_letter(rejection, self._settings.dlq.topic))
 
     def _acknowledge(self, acked: list[InputRecord]) -> None:
-        """Fold acknowledged deliveries into the watermarks and store whatever moved."""
+        """Fold acknowledged deliveries into the watermarks and store whatever moved; send replacements
+        for outputs the broker refused for good."""
         for record in acked:
             self._tracker.done(record.tp, record.offset)
         offsets = self._tracker.take_committable()
         if offsets:
             self._source.store(offsets)
+        for out, why in self._sink.take_refused():
+            replacement = replace_refused(out, why, self._settings.dlq.topic)
+            if replacement is None:
+                _log.error("dead_letter_undeliverable", offset=out.source.offset, error=why)
+            else:
+                self._sink.send(replacement)
 
     def _apply_backpressure(self) -> None:
         """Pause every partition while too much is unacknowledged (output slow or down), resume at half.
@@ -197,7 +219,10 @@ class Pipeline:
 
     def _log_stats(self) -> None:
         if self.stats.due(self._settings.log.stats_interval_s):
-            _log.info("stats", in_flight=self._tracker.in_flight(), **self.stats.snapshot())
+            tracker = self._tracker
+            _log.info(
+                "stats", in_flight=tracker.in_flight(), stale_acks=tracker.stale_acks, **self.stats.snapshot()
+            )
 
     # -- commits ------------------------------------------------------------------------------------
 
@@ -221,6 +246,7 @@ class Pipeline:
 
     def _shutdown(self) -> None:
         self.commit()
+        self._closing = True  # close() revokes once more: nothing is left to commit by then
         _log.info("stopped", in_flight=self._tracker.in_flight(), **self.stats.snapshot())
         self._source.close()
 
@@ -232,7 +258,8 @@ class Pipeline:
 
     def on_revoked(self, tps: list[TopicPartition]) -> None:
         """Commit exactly what was delivered before handing the partitions over."""
-        self.commit()
+        if not self._closing:
+            self.commit()
         self._tracker.forget(tps)
         _log.info("partitions_revoked", partitions=_names(tps))
 
@@ -241,8 +268,9 @@ class Pipeline:
         partitions (their new owner re-reads them) and let outputs already queued finish."""
         lost = set(tps)
         dropped = self._batcher.discard(lambda d: d.record.tp not in lost)
-        self._acknowledge(self._sink.flush(self._settings.output.flush_timeout_s))
-        self._tracker.forget(tps)
+        acked = self._sink.flush(self._settings.output.flush_timeout_s)
+        self._tracker.forget(tps)  # first, so their acks store nothing
+        self._acknowledge(acked)
         _log.warning("partitions_lost", partitions=_names(tps), dropped=dropped)
 
 

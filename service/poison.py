@@ -37,7 +37,13 @@ DEEP_NESTING_LEVELS = 100_000
 recursion limit, so decoding it must fail with RecursionError (mapped to invalid_event), never crash."""
 
 
-def make_poison(kind: str, event: dict[str, Any], field: str, too_large_bytes: int | None) -> bytes | None:
+def make_poison(
+    kind: str,
+    event: dict[str, Any],
+    field: str,
+    too_large_bytes: int | None,
+    rng: random.Random | None = None,
+) -> bytes | None:
     """A malformed variant of the good ``event``; ``field`` is one the processor requires.
 
     ``too_large_bytes`` is the padding of ``too_large`` (callers pass more than the size limit, at most
@@ -60,7 +66,7 @@ def make_poison(kind: str, event: dict[str, Any], field: str, too_large_bytes: i
             # Cut off after the first byte of a two-byte character: bad text whatever the parser.
             return good[: len(good) // 2] + "é".encode()[:1]
         case "wrong_type":
-            return random.choice(WRONG_TYPE_VALUES)
+            return (rng or random).choice(WRONG_TYPE_VALUES)
         case "missing_field":
             return msgspec.json.encode({k: v for k, v in event.items() if k != field})
         case "wrong_field_type":

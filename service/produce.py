@@ -76,7 +76,7 @@ def produce_events(
             value: bytes | None
             if poison_ratio and rng.random() < poison_ratio:
                 pk = rng.choice(poison_kinds)
-                value = make_poison(pk, event, target, too_large_bytes)
+                value = make_poison(pk, event, target, too_large_bytes, rng)
                 report.poison[pk] += 1
             else:
                 value = msgspec.json.encode(event)

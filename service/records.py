@@ -27,6 +27,8 @@ class InputRecord:
     headers: Headers | None
     timestamp_ms: int | None
     received: float
+    header_error: str | None = None
+    """Set when the headers could not be read (then ``headers`` is None): the record is dead-lettered."""
 
     @property
     def tp(self) -> TopicPartition:

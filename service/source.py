@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Protocol
 
 import structlog
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message
@@ -13,29 +12,20 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 from service import logs
 from service.config import KafkaSettings
 from service.errors import BrokerUnavailableError, FatalKafkaError
+from service.ports import RebalanceListener
 from service.records import InputRecord, TopicPartition
 
 _log = structlog.get_logger("microbatch.source")
-
-
-class RebalanceListener(Protocol):
-    """What the consumer tells the pipeline about partition ownership (called inside ``consume``)."""
-
-    def on_assigned(self, tps: list[TopicPartition]) -> None: ...
-
-    def on_revoked(self, tps: list[TopicPartition]) -> None: ...
-
-    def on_lost(self, tps: list[TopicPartition]) -> None: ...
 
 
 class Source:
     """Wraps ``confluent_kafka.Consumer``: consume in batches, store offsets, commit synchronously."""
 
     def __init__(self, settings: KafkaSettings) -> None:
-        conf = settings.consumer_config() | {"error_cb": self._on_error, "logger": logs.LIBRDKAFKA}
+        self._fatal = FatalWatch("consumer")
+        conf = settings.consumer_config() | {"error_cb": self._fatal, "logger": logs.LIBRDKAFKA}
         self._consumer = Consumer(conf)
         self._bootstrap = settings.bootstrap_servers
-        self._fatal: KafkaError | None = None
 
     def subscribe(self, topics: list[str], listener: RebalanceListener) -> None:
         def tps(parts: list[KafkaTopicPartition]) -> list[TopicPartition]:
@@ -55,8 +45,7 @@ class Source:
         retries them itself).
         """
         messages = self._consumer.consume(max(1, max_messages), timeout_s)
-        if self._fatal is not None:
-            raise FatalKafkaError(str(self._fatal))
+        self._fatal.check()
         now = time.monotonic()
         records = []
         for msg in messages:
@@ -64,6 +53,10 @@ class Source:
             if err is not None:
                 self._on_message_error(msg, err)
                 continue
+            try:
+                headers, header_error = msg.headers(), None
+            except (SystemError, UnicodeError) as exc:  # a header name that is not UTF-8
+                headers, header_error = None, f"unreadable headers: {exc}"
             _kind, ts = msg.timestamp()
             records.append(
                 InputRecord(
@@ -72,9 +65,10 @@ class Source:
                     msg.offset(),
                     msg.key(),
                     msg.value(),
-                    msg.headers(),
+                    headers,
                     ts if ts > 0 else None,
                     now,
+                    header_error,
                 )
             )
         return records
@@ -130,13 +124,27 @@ class Source:
     def close(self) -> None:
         self._consumer.close()
 
-    def _on_error(self, err: KafkaError) -> None:
-        if err.fatal():
-            self._fatal = err
-        _log.warning("kafka_error", client="consumer", error=err.str(), code=err.name())
-
     @staticmethod
     def _on_message_error(msg: Message, err: KafkaError) -> None:
         if err.code() == KafkaError._PARTITION_EOF:
             return
         _log.warning("consume_error", topic=msg.topic(), partition=msg.partition(), error=err.str())
+
+
+class FatalWatch:
+    """A client's ``error_cb``: remembers the first fatal error so the loop can stop on it. Other errors
+    are transient (librdkafka retries them) and already reach the log through the client's logger."""
+
+    def __init__(self, client: str) -> None:
+        self._client = client
+        self._error: KafkaError | None = None
+
+    def __call__(self, err: KafkaError) -> None:
+        if err.fatal() and self._error is None:
+            self._error = err
+            _log.error("kafka_fatal_error", client=self._client, error=err.str(), code=err.name())
+
+    def check(self) -> None:
+        """Raise FatalKafkaError if a fatal error was reported."""
+        if self._error is not None:
+            raise FatalKafkaError(f"{self._client}: {self._error.str()}")

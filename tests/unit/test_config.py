@@ -116,15 +116,29 @@ def test_consumer_stores_offsets_only_on_request(monkeypatch):
     assert consumer["bootstrap.servers"]
 
 
-def test_shared_extra_cannot_weaken_the_delivery_guarantees(monkeypatch):
-    monkeypatch.setenv(
-        "MICROBATCH_KAFKA__EXTRA",
-        '{"enable.auto.offset.store": true, "enable.idempotence": false, "acks": "1"}',
-    )
-    kafka = load_settings().kafka
-    assert kafka.consumer_config()["enable.auto.offset.store"] is False
-    assert kafka.producer_config()["enable.idempotence"] is True
-    assert kafka.producer_config()["acks"] == "all"
+@pytest.mark.parametrize("variable", ["EXTRA", "CONSUMER_EXTRA", "PRODUCER_EXTRA"])
+@pytest.mark.parametrize(
+    "option",
+    [
+        '"enable.auto.offset.store": true',
+        '"enable.auto.commit": false',
+        '"enable.idempotence": false',
+        '"acks": "1"',
+    ],
+)
+def test_no_extra_may_weaken_the_delivery_guarantee(monkeypatch, variable, option):
+    monkeypatch.setenv(f"MICROBATCH_KAFKA__{variable}", "{" + option + "}")
+    with pytest.raises(ConfigError) as info:
+        load_settings()
+    assert info.value.setting == f"MICROBATCH_KAFKA__{variable}"
+    assert "cannot be overridden" in str(info.value)
+
+
+def test_max_poll_interval_below_the_session_timeout_is_refused(monkeypatch):
+    monkeypatch.setenv("MICROBATCH_KAFKA__SESSION_TIMEOUT_MS", "400000")
+    with pytest.raises(ConfigError) as info:
+        load_settings()
+    assert info.value.setting == "MICROBATCH_KAFKA__MAX_POLL_INTERVAL_MS"
 
 
 def test_producer_is_idempotent_with_acks_all():

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from service.config import Settings
-from service.errors import Reason
+from service.errors import EngineFailedError, Reason
 from service.outputs import ModelRef
 from service.pipeline import Pipeline
 from service.poison import POISON_KINDS, make_poison
@@ -186,6 +186,7 @@ class FakeSink:
         self.flush_releases_withheld = flush_releases_withheld
         self.sent: list[OutRecord] = []
         self.unacked: list[OutRecord] = []
+        self.refused: list[tuple[OutRecord, str]] = []
 
     def send(self, out: OutRecord) -> None:
         self.events.append(("send", out.topic, coords(out.source)))
@@ -202,6 +203,10 @@ class FakeSink:
 
     def pending(self) -> int:
         return len(self.unacked)
+
+    def take_refused(self) -> list:
+        refused, self.refused = self.refused, []
+        return refused
 
     def release(self) -> None:
         self.withheld.clear()
@@ -528,10 +533,10 @@ def test_one_failing_item_fails_alone_and_its_batch_mates_get_results(rig, posit
 
 
 def test_two_failing_items_in_one_batch(rig):
-    records = [rec(o) for o in range(4)]
-    r = rig([records], engine=FakeEngine(poison={0.0, 3.0}), max_size=4).run()
-    assert set(r.dead_letters()) == {(IN, 0, 0), (IN, 0, 3)}
-    assert set(r.results()) == {(IN, 0, 1), (IN, 0, 2)}
+    records = [rec(o) for o in range(1, 5)]  # a = 0.0 is the processor's warm-up sample: keep it healthy
+    r = rig([records], engine=FakeEngine(poison={1.0, 4.0}), max_size=4).run()
+    assert set(r.dead_letters()) == {(IN, 0, 1), (IN, 0, 4)}
+    assert set(r.results()) == {(IN, 0, 2), (IN, 0, 3)}
 
 
 @pytest.mark.parametrize("max_batch", [1, 2, 3])
@@ -548,13 +553,15 @@ def test_out_of_memory_on_big_batches_splits_until_every_item_gets_a_result(rig,
     assert sum(len(x) for x in succeeded) == 8
 
 
-def test_a_model_that_always_fails_does_not_stall_the_partition(rig):
-    # An output with one row too many fails every batch, even of one item.
-    r = rig([[rec(o) for o in range(5)]], engine=FakeEngine(extra_rows=1), max_size=4).run()
-    dead = r.dead_letters()
-    assert set(dead) == {(IN, 0, o) for o in range(5)}
-    assert {dict(o.headers)["error.reason"] for o in dead.values()} == {Reason.INFERENCE_ERROR.value.encode()}
-    assert last_stored(r.events) == {P0: 5}
+def test_a_model_that_fails_even_on_its_sample_stops_the_service_without_committing(rig):
+    # An output with one row too many fails every batch, even of one item, and the known-good sample
+    # too: the runtime is broken, so dead-lettering everything would silently replace the stream.
+    r = rig([[rec(o) for o in range(5)]], engine=FakeEngine(extra_rows=1), max_size=4)
+    with pytest.raises(EngineFailedError):
+        r.run()
+    assert r.dead_letters() == {}
+    assert "store" not in r.kinds()
+    assert r.kinds()[-1] == "close"  # the group learns at once, not after a session timeout
 
 
 # -- offsets ----------------------------------------------------------------------------------------------
@@ -675,3 +682,47 @@ def test_consumer_pauses_at_the_in_flight_limit_and_resumes_at_half(rig):
 def test_below_the_limit_the_consumer_is_never_paused(rig):
     r = rig([[rec(o) for o in range(8)]], max_size=4, max_in_flight=9).run()
     assert "pause" not in r.kinds()
+
+
+# -- outputs the broker refuses, unreadable headers, unencodable results, rewinds ----------------------
+
+
+def test_a_refused_result_becomes_a_dead_letter_and_a_refused_dead_letter_loses_only_its_value(rig):
+    big = event(7.0) + b" " * 50  # still valid JSON
+    r = rig([[rec(0), rec(1, value=b"not json")], [rec(2, value=big)]], max_size=2)
+    sink = r.sink
+    original_send = sink.send
+
+    def refuse_first_of_each(out):  # the broker refuses the result of offset 0 and the dead letter of 1
+        original_send(out)
+        key = (out.topic, coords(out.source))
+        if key in {(OUT, (IN, 0, 0)), (DLQ, (IN, 0, 1))} and key not in refused_once:
+            refused_once.add(key)
+            sink.unacked.remove(out)
+            sink.refused.append((out, "Broker: Message size too large"))
+
+    refused_once: set = set()
+    sink.send = refuse_first_of_each
+    r.run()
+    dead = [o for o in sink.outputs(DLQ)]
+    rejected = [o for o in dead if dict(o.headers)["error.reason"] == b"output_rejected"]
+    assert [coords(o.source) for o in rejected] == [(IN, 0, 0)]
+    assert rejected[0].value == rec(0).value  # the input's own bytes, as for any dead letter
+    dropped = [o for o in dead if "error.value_dropped" in dict(o.headers)]
+    assert [coords(o.source) for o in dropped] == [(IN, 0, 1)]
+    assert dropped[0].value is None and dict(dropped[0].headers)["error.value_dropped"] == b"8"
+    assert last_stored(r.events) == {P0: 3}
+
+
+def test_unreadable_headers_are_dead_lettered(rig):
+    broken = dataclasses.replace(rec(0), headers=None, header_error="unreadable headers: bad name")
+    r = rig([[broken, rec(1)]], max_size=2).run()
+    (dead,) = r.dead_letters().values()
+    assert dict(dead.headers)["error.reason"] == b"invalid_headers"
+    assert set(r.results()) == {(IN, 0, 1)}
+
+
+def test_a_rewound_partition_is_tracked_afresh_instead_of_crashing(rig):
+    r = rig([[rec(5), rec(6)], [rec(2), rec(3)]], max_size=2).run()
+    assert set(r.results()) == {(IN, 0, o) for o in (2, 3, 5, 6)}
+    assert last_stored(r.events) == {P0: 4}

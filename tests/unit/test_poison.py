@@ -74,8 +74,15 @@ def wrong_type_variants(event, field) -> set[bytes]:
 
 
 def test_catalogue_covers_every_decode_time_reason():
-    # inference_error and invalid_output come from the model, never from a message's bytes.
-    assert set(POISON_KINDS.values()) == set(Reason) - {Reason.INFERENCE_ERROR, Reason.INVALID_OUTPUT}
+    # These come from the model, the broker or unreadable headers (which this client cannot even write),
+    # never from a message's value.
+    not_from_values = {
+        Reason.INFERENCE_ERROR,
+        Reason.INVALID_OUTPUT,
+        Reason.OUTPUT_REJECTED,
+        Reason.INVALID_HEADERS,
+    }
+    assert set(POISON_KINDS.values()) == set(Reason) - not_from_values
 
 
 def test_the_good_events_decode(make_record, features_info, tokenizer_path):
