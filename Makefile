@@ -7,13 +7,15 @@ KAFKA := deploy/kafka-local/kafka.sh
 PYTEST_ARGS ?=
 DEMO_ARGS ?=
 
-.PHONY: help venv test unit integration lint format demo kafka-up kafka-down kafka-status models clean
+.PHONY: help venv test unit integration chaos soak lint format demo kafka-up kafka-down kafka-status models clean
 
 help:
 	@echo "make demo        run both reference models on a local broker with generated traffic (~1 min)"
 	@echo "make test        install everything, lint, and run the whole test suite"
 	@echo "make kafka-up    start the local Apache Kafka broker (127.0.0.1:\$${KAFKA_PORT:-9092})"
 	@echo "make kafka-down  stop it"
+	@echo "make chaos       only the fault-injection tests (part of make test)"
+	@echo "make soak        10-minute soak benchmark (not a test)"
 	@echo "make models      retrain and export the reference models"
 
 # The venv is rebuilt whenever pyproject.toml changes. uv installs the (large) torch wheels in seconds.
@@ -42,6 +44,18 @@ unit: venv
 
 integration: venv
 	$(BIN)/python -m pytest tests/integration $(PYTEST_ARGS)
+
+# Fault injection: crashes, rebalances, broker restarts and freezes, bad input, start-up faults.
+chaos: venv
+	$(BIN)/python -m pytest tests/chaos $(PYTEST_ARGS)
+
+# Not a test: ~12 minutes at half the sustainable rate; figures go in docs/RELIABILITY.md.
+soak: venv
+	@started=0; \
+	if ! $(KAFKA) status >/dev/null 2>&1; then $(KAFKA) up || exit 1; started=1; fi; \
+	$(BIN)/python bench/soak.py $(SOAK_ARGS); rc=$$?; \
+	if [ $$started = 1 ]; then $(KAFKA) down; fi; \
+	exit $$rc
 
 kafka-up:
 	$(KAFKA) up
