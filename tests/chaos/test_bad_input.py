@@ -12,20 +12,26 @@ from __future__ import annotations
 import base64
 import json
 import random
-import time
-import uuid
 from dataclasses import dataclass
 
 import msgspec
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Producer
 
 from service.errors import Reason
 from service.generate import METRIC_FEATURES, EventGenerator
 from service.poison import DEEP_NESTING_LEVELS, POISON_KINDS, WRONG_TYPE_VALUES, make_poison
 from service.verify import verify
 from tests.chaos.faulty import SLOW_S
-from tests.integration.harness import ServiceProcess, committed, end_offsets, start_service, wait_for
+from tests.integration.harness import (
+    Output,
+    ServiceProcess,
+    committed,
+    end_offsets,
+    read_topic,
+    start_service,
+    wait_for,
+)
 
 PARTITIONS = 2
 
@@ -73,20 +79,6 @@ class Msg:
     headers: list[tuple[str, bytes | None]]
 
 
-@dataclass(frozen=True)
-class Rec:
-    """One record read back from an output or dead-letter topic, headers as the ordered list they are."""
-
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    headers: list[tuple[str, bytes | None]]
-
-    def header(self, name: str) -> bytes | None:
-        return next(v for k, v in self.headers if k == name)
-
-
 Coord = tuple[int, int]
 
 
@@ -121,34 +113,6 @@ def _produce(producer: Producer, topic: str, messages: list[Msg]) -> list[Coord]
     assert not errors, errors
     assert all(c is not None for c in coords)
     return coords  # type: ignore[return-value]
-
-
-def _read(bootstrap: str, topic: str, expected: int, timeout: float = RESULTS_TIMEOUT_S) -> list[Rec]:
-    """Read ``topic`` from the start until ``expected`` records arrived (or ``timeout``), then 1 s more so
-    surplus records (duplicates) show up too."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"reader-{uuid.uuid4().hex}",
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-        }
-    )
-    consumer.subscribe([topic])
-    out: list[Rec] = []
-    deadline = time.monotonic() + timeout
-    settle: float | None = None
-    try:
-        while time.monotonic() < (settle or deadline):
-            for msg in consumer.consume(500, 0.2):
-                if msg.error() is not None:
-                    continue
-                out.append(Rec(msg.partition(), msg.offset(), msg.key(), msg.value(), msg.headers() or []))
-            if settle is None and len(out) >= expected:
-                settle = time.monotonic() + 1.0
-    finally:
-        consumer.close()
-    return out
 
 
 def _log_events(service: ServiceProcess) -> list[dict]:
@@ -197,12 +161,12 @@ def _service(tmp_path, bootstrap, topics, group_id, **extra) -> ServiceProcess:
     )
 
 
-def _result_source(rec: Rec) -> Coord:
+def _result_source(rec: Output) -> Coord:
     value = msgspec.json.decode(rec.value)
     return value["source"]["partition"], value["source"]["offset"]
 
 
-def _dlq_source(rec: Rec) -> Coord:
+def _dlq_source(rec: Output) -> Coord:
     return int(rec.header("source.partition")), int(rec.header("source.offset"))
 
 
@@ -220,10 +184,10 @@ def _stop(service: ServiceProcess) -> None:
     assert code == 0, f"exit {code}:\n{service.log()[-3000:]}"
 
 
-def _assert_passed_through(rec: Rec, sent: Msg, extra_headers: int = 0) -> None:
+def _assert_passed_through(rec: Output, sent: Msg, extra_headers: int = 0) -> None:
     """Key and headers unchanged: same bytes, same order, repeated and null-valued headers included."""
     assert rec.key == sent.key
-    got = rec.headers[: len(rec.headers) - extra_headers] if extra_headers else rec.headers
+    got = rec.header_list[: len(rec.header_list) - extra_headers] if extra_headers else rec.header_list
     assert got == sent.headers
 
 
@@ -259,8 +223,8 @@ def test_faulty_model_costs_only_the_failing_items(tmp_path, kafka_bootstrap, ad
         kafka__max_poll_interval_ms=str(MAX_POLL_INTERVAL_MS),
     )
     try:
-        results = _read(kafka_bootstrap, topics["out"], expected=len(healthy))
-        dead = _read(kafka_bootstrap, topics["dlq"], expected=len(bad))
+        results = read_topic(kafka_bootstrap, topics["out"], len(healthy), RESULTS_TIMEOUT_S)
+        dead = read_topic(kafka_bootstrap, topics["dlq"], len(bad), RESULTS_TIMEOUT_S)
         # Still a member, alone and stable, holding every partition: no eviction, no rebalance.
         description = admin.describe_consumer_groups([group_id])[group_id].result(timeout=30)
         log_before_stop = _log_events(service)
@@ -381,8 +345,8 @@ def test_poison_catalogue_goes_to_dlq_without_blocking_its_partition(
         poisons = {c for c, (what, _m) in sent.items() if what == "poison"}
         goods = set(sent) - poisons
 
-        results = _read(kafka_bootstrap, topics["out"], expected=len(goods))
-        dead = _read(kafka_bootstrap, topics["dlq"], expected=len(poisons))
+        results = read_topic(kafka_bootstrap, topics["out"], len(goods), RESULTS_TIMEOUT_S)
+        dead = read_topic(kafka_bootstrap, topics["dlq"], len(poisons), RESULTS_TIMEOUT_S)
         # Every dead letter was acked too: the commit reaches the end of every partition.
         ends = end_offsets(kafka_bootstrap, topics["in"], PARTITIONS)
         wait_for(
@@ -461,7 +425,7 @@ def test_extra_fields_are_not_poison(tmp_path, kafka_bootstrap, topic_factory, g
 
     service = _service(tmp_path, kafka_bootstrap, topics, group_id)
     try:
-        results = _read(kafka_bootstrap, topics["out"], expected=len(messages))
+        results = read_topic(kafka_bootstrap, topics["out"], len(messages), RESULTS_TIMEOUT_S)
     finally:
         _stop(service)
 

@@ -69,13 +69,21 @@ def produce(bootstrap: str, topic: str, items: list[tuple[bytes | None, bytes | 
 
 @dataclass(frozen=True)
 class Output:
-    """One record read from an output or dead-letter topic."""
+    """One record read from an output or dead-letter topic; ``header_list`` keeps order and repeats."""
 
     partition: int
     offset: int
     key: bytes | None
     value: bytes | None
-    headers: dict[str, bytes]
+    header_list: list[tuple[str, bytes | None]]
+
+    @property
+    def headers(self) -> dict[str, bytes | None]:
+        return dict(self.header_list)
+
+    def header(self, name: str) -> bytes | None:
+        """The first header called ``name``."""
+        return next(v for k, v in self.header_list if k == name)
 
 
 def read_topic(bootstrap: str, topic: str, expected: int, timeout: float = 60) -> list[Output]:
@@ -98,8 +106,7 @@ def read_topic(bootstrap: str, topic: str, expected: int, timeout: float = 60) -
             for msg in consumer.consume(500, 0.2):
                 if msg.error():
                     continue
-                headers = {k: v for k, v in (msg.headers() or [])}
-                out.append(Output(msg.partition(), msg.offset(), msg.key(), msg.value(), headers))
+                out.append(Output(msg.partition(), msg.offset(), msg.key(), msg.value(), msg.headers() or []))
             if settle is None and len(out) >= expected:
                 settle = time.monotonic() + 1.0
     finally:
