@@ -253,7 +253,11 @@ class Pipeline:
     # -- rebalance callbacks (run inside consume) -----------------------------------------------------
 
     def on_assigned(self, tps: list[TopicPartition]) -> None:
+        """Start the new partitions' bookkeeping. Unless back-pressure is on (then the loop pauses them),
+        resume them explicitly: a partition paused before a rebalance would otherwise stay paused."""
         self._tracker.forget(tps)
+        if not self._paused:
+            self._source.resume(tps)
         _log.info("partitions_assigned", partitions=_names(tps))
 
     def on_revoked(self, tps: list[TopicPartition]) -> None:

@@ -23,6 +23,7 @@ from service.source import FatalWatch
 _log = structlog.get_logger("microbatch.sink")
 
 _MAX_BACKOFF_S = 5.0
+_FAILURE_LOG_EVERY_S = 5.0
 
 # Errors that no retry can fix: the record itself is unacceptable to the broker.
 _REFUSED = {
@@ -43,6 +44,7 @@ class Sink:
         self._acked: list[InputRecord] = []
         self._refused: list[tuple[OutRecord, str]] = []
         self._retry: list[tuple[float, int, OutRecord]] = []
+        self._failure_log: dict[tuple[str, int], tuple[float, int]] = {}
 
     def send(self, out: OutRecord, attempt: int = 0) -> None:
         """Queue ``out``. Blocks (serving delivery reports) only while the local queue is full."""
@@ -115,8 +117,19 @@ class Sink:
             self._refused.append((out, err.str()))
             return
         delay = min(_MAX_BACKOFF_S, 0.1 * 2**attempt)
-        _log.error("delivery_failed", **fields, attempt=attempt + 1, retry_in_s=delay)
         self._retry.append((time.monotonic() + delay, attempt + 1, out))
+        # One line per topic and error every few seconds, with a count: an unavailable topic fails every
+        # in-flight record at once, and thousands of identical lines would bury everything else.
+        key = (out.topic, err.code())
+        now = time.monotonic()
+        last, suppressed = self._failure_log.get(key, (0.0, 0))
+        if now - last < _FAILURE_LOG_EVERY_S:
+            self._failure_log[key] = (last, suppressed + 1)
+            return
+        self._failure_log[key] = (now, 0)
+        _log.error(
+            "delivery_failed", **fields, attempt=attempt + 1, retry_in_s=delay, similar_since_last=suppressed
+        )
 
     def _resend_due(self) -> None:
         if not self._retry:

@@ -118,8 +118,14 @@ class Source:
         """Stop fetching from every assigned partition; ``consume`` keeps serving the group protocol."""
         self._consumer.pause(self._consumer.assignment())
 
-    def resume(self) -> None:
-        self._consumer.resume(self._consumer.assignment())
+    def resume(self, tps: list[TopicPartition] | None = None) -> None:
+        """Fetch again from ``tps`` (default: every assigned partition). librdkafka keeps a partition's
+        paused flag across a revoke and a re-assignment, so re-assigned partitions must be resumed by name."""
+        parts = self._consumer.assignment() if tps is None else [KafkaTopicPartition(t, p) for t, p in tps]
+        try:
+            self._consumer.resume(parts)
+        except KafkaException as exc:  # a partition never seen before has no pause flag to clear
+            _log.debug("resume_failed", error=str(exc))
 
     def close(self) -> None:
         self._consumer.close()

@@ -152,8 +152,8 @@ class FakeSource:
     def pause(self) -> None:
         self.events.append(("pause",))
 
-    def resume(self) -> None:
-        self.events.append(("resume",))
+    def resume(self, tps=None) -> None:
+        self.events.append(("resume",) if tps is None else ("resume_partitions", tuple(tps)))
 
     def close(self) -> None:
         self.events.append(("close",))
@@ -726,3 +726,14 @@ def test_a_rewound_partition_is_tracked_afresh_instead_of_crashing(rig):
     r = rig([[rec(5), rec(6)], [rec(2), rec(3)]], max_size=2).run()
     assert set(r.results()) == {(IN, 0, o) for o in (2, 3, 5, 6)}
     assert last_stored(r.events) == {P0: 4}
+
+
+def test_partitions_assigned_after_back_pressure_ended_are_resumed_by_name(rig):
+    # librdkafka keeps a partition's paused flag across a rebalance: losing the partitions ends the
+    # back-pressure (nothing in flight any more), so the re-assigned ones must be resumed explicitly.
+    stuck = [rec(o) for o in range(4)]
+    script = [stuck, [], Lost([P0]), Assign([P0]), [rec(4)]]
+    r = rig(script, max_size=4, max_in_flight=4, withheld={coords(x) for x in stuck})
+    r.run()
+    assert r.events.index(("pause",)) < r.events.index(("resume",))
+    assert ("resume_partitions", (P0,)) in r.events[r.events.index(("resume",)) :]
