@@ -244,6 +244,30 @@ def _start(
     return start_service(tmp_path, **(settings | extra))
 
 
+def _backlog_without_output_topic(
+    tmp_path: Path, fault_broker, fault_topic_factory, group: str, events: int, seed: int, **extra: str
+) -> tuple[dict[str, str], list, ServiceProcess]:
+    """A backlog of ``events`` and a service whose output topic does not exist (auto-create is off), with
+    the in-flight limit at BACKPRESSURE_MAX_IN_FLIGHT: it fills up and pauses."""
+    topics = {
+        "in": fault_topic_factory(partitions=PARTITIONS, prefix="in"),
+        "out": f"out-missing-{uuid.uuid4().hex[:12]}",
+        "dlq": fault_topic_factory(partitions=1, prefix="dlq"),
+    }
+    items = _metrics(events, seed=seed)
+    produce(fault_broker.bootstrap, topics["in"], items)
+    service = _start(
+        tmp_path,
+        fault_broker.bootstrap,
+        group,
+        topics,
+        input__max_in_flight=str(BACKPRESSURE_MAX_IN_FLIGHT),
+        kafka__producer_extra=PRODUCER_EXTRA,
+        **extra,
+    )
+    return topics, items, service
+
+
 def _stop(service: ServiceProcess) -> int | None:
     """SIGTERM and wait (the service drains and commits); SIGKILL only if that hangs. Never raises."""
     try:
@@ -438,21 +462,14 @@ def test_output_topic_missing_pauses_consumer_stays_in_group_then_drains(
 
     Duplicates bound: 0 (no crash, no rebalance; a failed delivery never reached the broker)."""
     bootstrap = fault_broker.bootstrap
-    topics = {
-        "in": fault_topic_factory(partitions=PARTITIONS, prefix="in"),
-        "out": f"out-missing-{uuid.uuid4().hex[:12]}",
-        "dlq": fault_topic_factory(partitions=1, prefix="dlq"),
-    }
-    items = _metrics(BACKPRESSURE_EVENTS, seed=41)
-    produce(bootstrap, topics["in"], items)
-    service = _start(
+    topics, items, service = _backlog_without_output_topic(
         tmp_path,
-        bootstrap,
+        fault_broker,
+        fault_topic_factory,
         group_id,
-        topics,
-        input__max_in_flight=str(BACKPRESSURE_MAX_IN_FLIGHT),
+        BACKPRESSURE_EVENTS,
+        seed=41,
         kafka__max_poll_interval_ms=str(MAX_POLL_INTERVAL_MS),
-        kafka__producer_extra=PRODUCER_EXTRA,
     )
     logs = LogWatch(service)
     probe = Probe(bootstrap, group_id)
@@ -584,20 +601,13 @@ def test_paused_consumer_resumes_after_losing_its_partitions(
     Duplicates bound: PAUSED_LOSS_EVENTS (nothing was committed before the loss; each input repeats at
     most once)."""
     bootstrap = fault_broker.bootstrap
-    topics = {
-        "in": fault_topic_factory(partitions=PARTITIONS, prefix="in"),
-        "out": f"out-missing-{uuid.uuid4().hex[:12]}",
-        "dlq": fault_topic_factory(partitions=1, prefix="dlq"),
-    }
-    items = _metrics(PAUSED_LOSS_EVENTS, seed=43)
-    produce(bootstrap, topics["in"], items)
-    service = _start(
+    topics, items, service = _backlog_without_output_topic(
         tmp_path,
-        bootstrap,
+        fault_broker,
+        fault_topic_factory,
         group_id,
-        topics,
-        input__max_in_flight=str(BACKPRESSURE_MAX_IN_FLIGHT),
-        kafka__producer_extra=PRODUCER_EXTRA,
+        PAUSED_LOSS_EVENTS,
+        seed=43,
         output__flush_timeout_s="2",  # the rebalance callbacks flush; nothing can be delivered yet
     )
     logs = LogWatch(service)
