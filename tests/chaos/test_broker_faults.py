@@ -349,16 +349,21 @@ def fault_admin(fault_broker) -> AdminClient:
 
 
 def _outage(
-    fault_broker, fault: Callable[[], None], service: ServiceProcess, probe: Probe, topics: dict[str, str]
+    fault: Callable[[], None],
+    recover: Callable[[], None],
+    service: ServiceProcess,
+    probe: Probe,
+    topics: dict[str, str],
+    down_s: float = BROKER_DOWN_S,
 ) -> dict[str, Any]:
-    """Take the broker away with ``fault`` for BROKER_DOWN_S, start it again, wait until results flow
-    and commits have caught up with the stream again. Returns what was measured."""
+    """Take the broker away with ``fault`` for ``down_s``, ``recover`` it, wait until results flow and
+    commits have caught up with the stream again. Returns what was measured."""
     uncommitted = probe.lag(topics["in"])
     assert uncommitted >= 0, "the broker did not answer before the fault"
     t0 = time.monotonic()
     fault()
-    _hold(BROKER_DOWN_S, service)
-    fault_broker.start()
+    _hold(down_s, service)
+    recover()
     t_up = time.monotonic()
     wait_for(lambda: _alive(service) and probe.total(topics["out"]) >= 0, 60, "the broker answering")
     at_restart = probe.total(topics["out"])
@@ -410,8 +415,8 @@ def test_broker_restart_sigterm_then_sigkill_mid_stream(
             FIRST_RESULTS_TIMEOUT_S,
             "first commits",
         )
-        faults["SIGTERM"] = _outage(fault_broker, fault_broker.stop, service, probe, topics)
-        faults["SIGKILL"] = _outage(fault_broker, fault_broker.kill, service, probe, topics)
+        faults["SIGTERM"] = _outage(fault_broker.stop, fault_broker.start, service, probe, topics)
+        faults["SIGKILL"] = _outage(fault_broker.kill, fault_broker.start, service, probe, topics)
         produced = stream.finish()
         wait_for(lambda: _alive(service) and probe.drained(topics["in"]), DRAIN_TIMEOUT_S, "all committed")
     finally:
@@ -541,40 +546,19 @@ def test_broker_frozen_mid_stream(tmp_path, fault_broker, fault_topic_factory, g
     service = _start(tmp_path, bootstrap, group_id, topics)
     logs = LogWatch(service)
     probe = Probe(bootstrap, group_id)
-    frozen = False
     try:
         wait_for(
             lambda: _alive(service) and probe.committed_total(topics["in"]) >= FLOWING_AGAIN,
             FIRST_RESULTS_TIMEOUT_S,
             "first commits",
         )
-        uncommitted = probe.lag(topics["in"])
-        assert uncommitted >= 0, "the broker did not answer before the freeze"
-        fault_broker.freeze()
-        frozen = True
-        _hold(FREEZE_S, service)
-        fault_broker.thaw()
-        frozen = False
-        t_thaw = time.monotonic()
-        wait_for(lambda: _alive(service) and probe.total(topics["out"]) >= 0, 60, "the broker answering")
-        at_thaw = probe.total(topics["out"])
-        wait_for(
-            lambda: _alive(service) and probe.total(topics["out"]) >= at_thaw + FLOWING_AGAIN,
-            RECOVERY_TIMEOUT_S,
-            "results flowing after the thaw",
-        )
-        flowing_after_s = time.monotonic() - t_thaw
-        wait_for(
-            lambda: _alive(service) and 0 <= probe.lag(topics["in"]) <= CAUGHT_UP_LAG,
-            RECOVERY_TIMEOUT_S,
-            "commits caught up with the stream again",
-        )
+        measured = _outage(fault_broker.freeze, fault_broker.thaw, service, probe, topics, down_s=FREEZE_S)
+        uncommitted, flowing_after_s = measured["uncommitted_at_fault"], measured["flowing_again_after_s"]
         produced = stream.finish()
         wait_for(lambda: _alive(service) and probe.drained(topics["in"]), DRAIN_TIMEOUT_S, "all committed")
     finally:
         stream.cancel()
-        if frozen:
-            fault_broker.thaw()
+        fault_broker.thaw()  # harmless when not frozen; never leave it stopped
         code = _stop(service)
         probe.close()
     assert code == 0, _tail(service)
