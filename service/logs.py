@@ -4,13 +4,41 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
+from collections.abc import Callable
 
 import structlog
 
 from service.config import LogSettings
 
-# librdkafka's own log lines (passed as the clients' "logger"), structured instead of raw stderr lines.
-LIBRDKAFKA = structlog.get_logger("librdkafka")
+
+class RateLimitedClientLog:
+    """The clients' ``logger``: librdkafka's own lines as structured logs instead of raw stderr, at most
+    one line per (client, facility) every ``every_s`` seconds, with a count of the ones left out.
+
+    A broker outage makes librdkafka report a failed connect every ~50 ms per client; unthrottled that
+    is hundreds of identical error lines a minute, which bury everything else.
+    """
+
+    def __init__(self, every_s: float = 5.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self._log = structlog.get_logger("librdkafka")
+        self._every_s = every_s
+        self._clock = clock
+        self._last: dict[tuple[str, str], tuple[float, int]] = {}
+
+    def log(self, level: int, fmt: str, *args: object) -> None:
+        """Called by confluent-kafka as ``log(level, "%s [%s] %s", facility, client, message)``."""
+        key = (str(args[1]), str(args[0])) if len(args) >= 2 else ("", fmt)
+        now = self._clock()
+        last, skipped = self._last.get(key, (float("-inf"), 0))
+        if now - last < self._every_s:
+            self._last[key] = (last, skipped + 1)
+            return
+        self._last[key] = (now, 0)
+        self._log.log(level, fmt % args if args else fmt, similar_since_last=skipped)
+
+
+LIBRDKAFKA = RateLimitedClientLog()
 
 
 def configure(settings: LogSettings) -> None:
