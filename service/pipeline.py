@@ -183,20 +183,23 @@ class Pipeline:
         self.stats.rejected(rejection.reason.value)
         self._sink.send(dead_letter(rejection, self._settings.dlq.topic))
 
-    def _acknowledge(self, acked: list[InputRecord]) -> None:
+    def _acknowledge(self, acked: list[InputRecord]) -> int:
         """Fold acknowledged deliveries into the watermarks and store whatever moved; send replacements
-        for outputs the broker refused for good."""
+        for outputs the broker refused for good. Returns how many replacements were sent."""
         for record in acked:
             self._tracker.done(record.tp, record.offset)
         offsets = self._tracker.take_committable()
         if offsets:
             self._source.store(offsets)
+        sent = 0
         for out, why in self._sink.take_refused():
             replacement = replace_refused(out, why, self._settings.dlq.topic)
             if replacement is None:
                 _log.error("dead_letter_undeliverable", offset=out.source.offset, error=why)
             else:
                 self._sink.send(replacement)
+                sent += 1
+        return sent
 
     def _apply_backpressure(self) -> None:
         """Pause every partition while too much is unacknowledged (output slow or down), resume at half.
@@ -239,7 +242,9 @@ class Pipeline:
         """
         for batch in self._batcher.drain():
             self._process(batch)
-        self._acknowledge(self._sink.flush(self._settings.output.flush_timeout_s))
+        timeout = self._settings.output.flush_timeout_s
+        if self._acknowledge(self._sink.flush(timeout)):
+            self._acknowledge(self._sink.flush(timeout))  # the replacements of refused records
         if self._sink.pending():
             _log.warning("flush_incomplete", outstanding=self._sink.pending())
         self._source.commit()
