@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from service.errors import ConfigError
@@ -55,6 +55,17 @@ def _check_topic(name: str) -> str:
     return name
 
 
+TopicName = Annotated[str, AfterValidator(_check_topic)]
+
+
+def _not_below(value: int, info: Any, other: str, other_env: str) -> int:
+    """Cross-field bound for a field validator: ``value`` may not be below the already validated ``other``."""
+    low = info.data.get(other)
+    if low is not None and value < low:
+        raise ValueError(f"must be >= {other_env} ({low})")
+    return value
+
+
 class _Section(BaseModel):
     # A misspelt variable (MICROBATCH_BATCH__MAX_SIZ) must fail loudly, not be ignored.
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -91,10 +102,7 @@ class KafkaSettings(_Section):
     @field_validator("max_poll_interval_ms")
     @classmethod
     def _poll_above_session(cls, value: int, info: Any) -> int:
-        session = info.data.get("session_timeout_ms")
-        if session is not None and value < session:
-            raise ValueError(f"must be >= MICROBATCH_KAFKA__SESSION_TIMEOUT_MS ({session})")
-        return value
+        return _not_below(value, info, "session_timeout_ms", "MICROBATCH_KAFKA__SESSION_TIMEOUT_MS")
 
     def client_config(self) -> dict[str, KafkaValue]:
         """Connection options shared by every client (bootstrap servers, security, ``EXTRA``)."""
@@ -178,19 +186,15 @@ class InputSettings(_Section):
 class OutputSettings(_Section):
     """Where results go."""
 
-    topic: str = "microbatch-results"
+    topic: TopicName = "microbatch-results"
     flush_timeout_s: float = Field(30.0, gt=0)
     """Upper bound on waiting for outstanding deliveries at revoke and shutdown."""
-
-    _legal = field_validator("topic")(classmethod(lambda cls, v: _check_topic(v)))
 
 
 class DlqSettings(_Section):
     """Where rejected messages go, unchanged, with error headers."""
 
-    topic: str = "microbatch-dlq"
-
-    _legal = field_validator("topic")(classmethod(lambda cls, v: _check_topic(v)))
+    topic: TopicName = "microbatch-dlq"
 
 
 class BatchSettings(_Section):
@@ -204,10 +208,7 @@ class BatchSettings(_Section):
     @field_validator("max_size")
     @classmethod
     def _not_below_min(cls, value: int, info: Any) -> int:
-        low = info.data.get("min_size")
-        if low is not None and value < low:
-            raise ValueError(f"must be >= MICROBATCH_BATCH__MIN_SIZE ({low})")
-        return value
+        return _not_below(value, info, "min_size", "MICROBATCH_BATCH__MIN_SIZE")
 
 
 class ModelSettings(_Section):
