@@ -227,6 +227,16 @@ class StreamProducer:
         return self.produced
 
 
+def _topics(fault_topic_factory, *, output: str | None = None, dlq: str | None = None) -> dict[str, str]:
+    """Input and output with PARTITIONS each, DLQ with one; ``output``/``dlq`` name a topic that must not
+    exist yet instead."""
+    return {
+        "in": fault_topic_factory(partitions=PARTITIONS, prefix="in"),
+        "out": output or fault_topic_factory(partitions=PARTITIONS, prefix="out"),
+        "dlq": dlq or fault_topic_factory(partitions=1, prefix="dlq"),
+    }
+
+
 def _start(
     tmp_path: Path, bootstrap: str, group: str, topics: dict[str, str], **extra: str
 ) -> ServiceProcess:
@@ -249,11 +259,7 @@ def _backlog_without_output_topic(
 ) -> tuple[dict[str, str], list, ServiceProcess]:
     """A backlog of ``events`` and a service whose output topic does not exist (auto-create is off), with
     the in-flight limit at BACKPRESSURE_MAX_IN_FLIGHT: it fills up and pauses."""
-    topics = {
-        "in": fault_topic_factory(partitions=PARTITIONS, prefix="in"),
-        "out": f"out-missing-{uuid.uuid4().hex[:12]}",
-        "dlq": fault_topic_factory(partitions=1, prefix="dlq"),
-    }
+    topics = _topics(fault_topic_factory, output=f"out-missing-{uuid.uuid4().hex[:12]}")
     items = _metrics(events, seed=seed)
     produce(fault_broker.bootstrap, topics["in"], items)
     service = _start(
@@ -398,11 +404,7 @@ def test_broker_restart_sigterm_then_sigkill_mid_stream(
     Duplicates bound, per fault: what was not committed when it struck, plus the stream consumed until
     the group had settled again (RESTART_RATE x (time away + time until results flowed + 5 s))."""
     bootstrap = fault_broker.bootstrap
-    topics = {
-        "in": fault_topic_factory(partitions=PARTITIONS, prefix="in"),
-        "out": fault_topic_factory(partitions=PARTITIONS, prefix="out"),
-        "dlq": fault_topic_factory(partitions=1, prefix="dlq"),
-    }
+    topics = _topics(fault_topic_factory)
     stream = StreamProducer(bootstrap, topics["in"], _metrics(RESTART_MAX_EVENTS, seed=31), RESTART_RATE)
     service = _start(tmp_path, bootstrap, group_id, topics)
     probe = Probe(bootstrap, group_id)
@@ -537,11 +539,7 @@ def test_broker_frozen_mid_stream(tmp_path, fault_broker, fault_topic_factory, g
     Duplicates bound: what was not committed when the freeze began, plus the stream consumed until the
     group had settled again (RESTART_RATE x (freeze + time until results flowed + 5 s))."""
     bootstrap = fault_broker.bootstrap
-    topics = {
-        "in": fault_topic_factory(partitions=PARTITIONS, prefix="in"),
-        "out": fault_topic_factory(partitions=PARTITIONS, prefix="out"),
-        "dlq": fault_topic_factory(partitions=1, prefix="dlq"),
-    }
+    topics = _topics(fault_topic_factory)
     stream = StreamProducer(bootstrap, topics["in"], _metrics(RESTART_MAX_EVENTS, seed=42), RESTART_RATE)
     service = _start(tmp_path, bootstrap, group_id, topics)
     logs = LogWatch(service)
@@ -701,11 +699,7 @@ def test_dlq_missing_holds_commits_at_first_poison_then_drains(
 
     Duplicates bound: 0 (no crash, no rebalance; a failed delivery never reached the broker)."""
     bootstrap = fault_broker.bootstrap
-    topics = {
-        "in": fault_topic_factory(partitions=PARTITIONS, prefix="in"),
-        "out": fault_topic_factory(partitions=PARTITIONS, prefix="out"),
-        "dlq": f"dlq-missing-{uuid.uuid4().hex[:12]}",
-    }
+    topics = _topics(fault_topic_factory, dlq=f"dlq-missing-{uuid.uuid4().hex[:12]}")
     rows = _poison_layout()
     offsets = _produce_to_partitions(bootstrap, topics["in"], rows)
     poison_coords = {
