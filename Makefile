@@ -6,8 +6,9 @@ BIN := $(VENV)/bin
 KAFKA := deploy/kafka-local/kafka.sh
 PYTEST_ARGS ?=
 DEMO_ARGS ?=
+BENCH_ARGS ?=
 
-.PHONY: help venv test unit integration chaos soak lint format demo kafka-up kafka-down kafka-status models clean
+.PHONY: help venv test unit integration chaos soak sweep bench lint format demo kafka-up kafka-down kafka-status models clean
 
 help:
 	@echo "make demo        run both reference models on a local broker with generated traffic (~1 min)"
@@ -16,6 +17,8 @@ help:
 	@echo "make kafka-down  stop it"
 	@echo "make chaos       only the fault-injection tests (part of make test)"
 	@echo "make soak        10-minute soak benchmark (not a test)"
+	@echo "make bench       the service against its baselines, side by side (~5 min; BENCH_ARGS=--quick)"
+	@echo "make sweep       batch-size sweep of both reference models (~30 s; bench/results, docs/images)"
 	@echo "make models      retrain and export the reference models"
 
 # The venv is rebuilt whenever pyproject.toml changes. uv installs the (large) torch wheels in seconds.
@@ -54,6 +57,24 @@ soak: venv
 	@started=0; \
 	if ! $(KAFKA) status >/dev/null 2>&1; then $(KAFKA) up || exit 1; started=1; fi; \
 	$(BIN)/python bench/soak.py $(SOAK_ARGS); rc=$$?; \
+	if [ $$started = 1 ]; then $(KAFKA) down; fi; \
+	exit $$rc
+
+# Not a test: throughput and latency per batch size of the engine alone (no broker); see docs/BENCHMARKS.md.
+sweep: venv
+	@mkdir -p bench/results docs/images
+	@for model in metrics-anomaly log-classifier; do \
+		$(BIN)/microbatch sweep --model $$model --out bench/results $(SWEEP_ARGS) || exit 1; \
+		cp bench/results/sweep-$$model.png docs/images/sweep-$$model.png || exit 1; \
+	done
+
+# Not a test: the service against its baselines on the local broker (~5 minutes); results in bench/results,
+# tables in docs/BENCHMARKS.md. Starts the broker if it is not running and stops it only if it started it.
+bench: venv
+	@started=0; \
+	if ! $(KAFKA) status >/dev/null 2>&1; then $(KAFKA) up || exit 1; started=1; fi; \
+	MICROBATCH_KAFKA__BOOTSTRAP_SERVERS="$${MICROBATCH_KAFKA__BOOTSTRAP_SERVERS:-127.0.0.1:$${KAFKA_PORT:-9092}}" \
+		$(BIN)/microbatch bench $(BENCH_ARGS); rc=$$?; \
 	if [ $$started = 1 ]; then $(KAFKA) down; fi; \
 	exit $$rc
 

@@ -15,7 +15,7 @@ from service.engine import Engine
 from service.errors import ConfigError, UnknownTopicError
 from service.outputs import ModelRef
 from service.pipeline import Pipeline
-from service.processors import ModelInfo, Processor, load_processor
+from service.processors import ModelInfo, Processor, load_processor, prepare
 from service.reference import choose_model
 from service.sink import Sink
 from service.source import Source
@@ -28,7 +28,8 @@ _PROCESSOR_FIELDS = ("features", "text_field", "tokenizer", "max_length", "label
 def load_model(settings: Settings) -> tuple[Engine, Processor, ModelRef]:
     """Load the configured model and its processor. Raises ConfigError naming the setting at fault."""
     choice = choose_model(settings.model)
-    engine = Engine(choice.path, settings.model.providers, settings.model.intra_op_threads)
+    model = settings.model
+    engine = Engine(choice.path, model.providers, model.intra_op_threads, model.allow_spinning)
     name = choice.name or engine.metadata.get("microbatch.name") or Path(choice.path).stem
     version = choice.version or engine.metadata.get("microbatch.version") or "unversioned"
     info = ModelInfo(
@@ -46,11 +47,10 @@ def load_model(settings: Settings) -> tuple[Engine, Processor, ModelRef]:
 def warm_up(engine: Engine, processor: Processor, sizes: set[int], setting: str) -> None:
     """Run each batch size once so the first real batch does not pay for allocation and kernel choice.
     A model that rejects what its processor feeds it is a configuration error, found here at start-up."""
-    sample = processor.sample()
     for size in sorted(sizes):
         try:
-            outputs = engine.run(processor.preprocess([sample] * size))
-            processor.postprocess(outputs, size)
+            items = prepare(processor, [processor.sample()] * size)
+            processor.postprocess(engine.run(processor.preprocess(items)), items)
         except Exception as exc:
             raise ConfigError(setting, f"the model rejects what its processor feeds it: {exc}") from None
 

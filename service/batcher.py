@@ -1,8 +1,17 @@
 """The micro-batch window: pure logic with an injected monotonic clock.
 
-A batch is due when it holds ``max_size`` items, or when its OLDEST item has waited ``max_wait_s``: the
-deadline starts at the first item and is never pushed back by later ones, so a steady trickle cannot starve
-it. A backlog larger than ``max_size`` is cut into full batches at once, with no waiting.
+A batch is due when it is full, or when its OLDEST item has waited ``max_wait_s``: the deadline starts at
+the first item and is never pushed back by later ones, so a steady trickle cannot starve it. A backlog is
+cut into full batches at once, with no waiting.
+
+"Full" means ``max_size`` items (the target, which the adaptive controller may move between batches), or,
+when items have a cost, a padded cost of ``max_cost``: a text batch is padded to its longest item, so it
+costs ``count x longest``, and one long line must not make the whole batch huge.
+
+With a cost and a ``window``, a batch is chosen among the oldest ``window`` waiting items rather than
+taken in arrival order: the oldest item (whose deadline is due first) and those closest to it in cost.
+Similar lengths pad less. Every batch holds the oldest waiting item, so no item is passed over for longer
+than it takes the items ahead of it to be served.
 """
 
 from __future__ import annotations
@@ -18,9 +27,21 @@ Clock = Callable[[], float]
 
 
 class Batcher(Generic[T]):
-    """Collects items into batches. Not thread-safe: one loop owns it."""
+    """Collects items into batches. Not thread-safe: one loop owns it.
 
-    def __init__(self, max_size: int, max_wait_s: float, clock: Clock = time.monotonic) -> None:
+    ``cost(item)`` (optional) is an item's size in the unit ``max_cost`` caps (0: no cap), e.g. tokens.
+    """
+
+    def __init__(
+        self,
+        max_size: int,
+        max_wait_s: float,
+        clock: Clock = time.monotonic,
+        *,
+        cost: Callable[[T], int] | None = None,
+        max_cost: int = 0,
+        window: int = 0,
+    ) -> None:
         if max_size < 1:
             raise ValueError("max_size must be >= 1")
         if max_wait_s <= 0:
@@ -28,20 +49,29 @@ class Batcher(Generic[T]):
         self.max_size = max_size
         self.max_wait_s = max_wait_s
         self._clock = clock
-        self._items: deque[tuple[float, T]] = deque()
+        self._cost = cost
+        self._max_cost = max_cost if cost is not None else 0
+        self._window = window if cost is not None else 0
+        self._items: deque[tuple[float, int, T]] = deque()  # (arrived, cost, item), oldest first
 
     def __len__(self) -> int:
         return len(self._items)
 
     def add(self, item: T, arrived: float | None = None) -> None:
         """Append ``item``; ``arrived`` (default: now) is when its wait started."""
-        self._items.append((self._clock() if arrived is None else arrived, item))
+        cost = self._cost(item) if self._cost is not None else 1
+        self._items.append((self._clock() if arrived is None else arrived, cost, item))
+
+    def room(self) -> int:
+        """How many more items the batcher would like to choose among before cutting (bucketing); 0 when
+        it chooses in arrival order."""
+        return max(0, self._window - len(self._items))
 
     def time_until_due(self) -> float | None:
         """Seconds until the open batch is due (0 if it is due now); None when nothing is waiting."""
         if not self._items:
             return None
-        if len(self._items) >= self.max_size:
+        if self._full():
             return 0.0
         return max(0.0, self._items[0][0] + self.max_wait_s - self._clock())
 
@@ -51,18 +81,59 @@ class Batcher(Generic[T]):
         return due is not None and due <= 0.0
 
     def take(self) -> list[T]:
-        """Remove and return the oldest ``max_size`` items (fewer if fewer wait). Later items keep their
-        own arrival times, so the next batch's deadline runs from ITS oldest item."""
-        count = min(self.max_size, len(self._items))
-        return [self._items.popleft()[1] for _ in range(count)]
+        """Remove and return the next batch (in arrival order): at most ``max_size`` items and, with a
+        cost cap, at most ``max_cost`` padded; always at least the oldest item. Items left keep their own
+        arrival times, so the next batch's deadline runs from ITS oldest item."""
+        if not self._items:
+            return []
+        if self._window > 1:
+            return self._take_bucket()
+        count, longest = 0, 0
+        for _arrived, cost, _item in self._items:
+            longest = max(longest, cost)
+            if count >= self.max_size or (count and self._over(count + 1, longest)):
+                break
+            count += 1
+        return [self._items.popleft()[2] for _ in range(count)]
 
     def drain(self) -> Iterable[list[T]]:
-        """Yield every waiting item in batches of at most ``max_size``, due or not (for shutdown)."""
+        """Yield every waiting item in batches, due or not (for shutdown)."""
         while self._items:
             yield self.take()
 
     def discard(self, keep: Callable[[T], bool]) -> int:
         """Drop the items for which ``keep`` is false (e.g. of partitions just lost). Returns how many."""
         before = len(self._items)
-        self._items = deque(entry for entry in self._items if keep(entry[1]))
+        self._items = deque(entry for entry in self._items if keep(entry[2]))
         return before - len(self._items)
+
+    def _over(self, count: int, longest: int) -> bool:
+        return bool(self._max_cost) and count * longest > self._max_cost
+
+    def _full(self) -> bool:
+        if len(self._items) >= self.max_size:
+            return True
+        if not self._max_cost:
+            return False
+        # Full when no further item fits: even one no longer than the longest waiting would go over.
+        longest = max(entry[1] for entry in self._items)
+        return self._over(len(self._items) + 1, longest)
+
+    def _take_bucket(self) -> list[T]:
+        """The oldest item plus the waiting items nearest to it in cost, within the window and the caps."""
+        pool = [self._items.popleft() for _ in range(min(len(self._items), max(self._window, self.max_size)))]
+        anchor = pool[0][1]
+        nearest = sorted(range(len(pool)), key=lambda i: (abs(pool[i][1] - anchor), i))
+        chosen: set[int] = set()
+        longest = 0
+        for i in nearest:
+            if len(chosen) >= self.max_size:
+                break
+            cost = pool[i][1]
+            if chosen and self._over(len(chosen) + 1, max(longest, cost)):
+                continue  # a shorter one further down may still fit
+            chosen.add(i)
+            longest = max(longest, cost)
+        # The rest go back to the front, in their order: they are the oldest still waiting.
+        self._items.extendleft(reversed([entry for i, entry in enumerate(pool) if i not in chosen]))
+        return [entry[2] for i, entry in enumerate(pool) if i in chosen]

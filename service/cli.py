@@ -51,6 +51,16 @@ def _parser() -> argparse.ArgumentParser:
     verify.add_argument("--dlq", default=None, help="dead-letter topic (default MICROBATCH_DLQ__TOPIC)")
     verify.add_argument("--timeout", type=float, default=120.0, help="seconds to read each topic")
     verify.add_argument("--json", action="store_true", help="print the report as JSON")
+    verify.add_argument(
+        "--strict-order",
+        action="store_true",
+        help="also fail when answers are out of offset order (services with length bucketing off)",
+    )
+
+    from service import benchmark, sweep
+
+    benchmark.add_arguments(sub.add_parser("bench", help="benchmark the service against its baselines"))
+    sweep.add_arguments(sub.add_parser("sweep", help="measure throughput and latency per batch size"))
 
     models = sub.add_parser("models", help="list, verify or rebuild the reference models")
     msub = models.add_subparsers(dest="action", required=True)
@@ -90,6 +100,14 @@ def _dispatch(args: argparse.Namespace, settings) -> int:
         return _produce(args, settings)
     if args.command == "verify":
         return _verify(args, settings)
+    if args.command == "bench":
+        from service import benchmark
+
+        return benchmark.run(args, settings)
+    if args.command == "sweep":
+        from service import sweep
+
+        return sweep.run(args, settings)
     if args.command == "demo":
         from service.demo import run_demo
 
@@ -116,7 +134,7 @@ def _produce(args: argparse.Namespace, settings) -> int:
 
 
 def _verify(args: argparse.Namespace, settings) -> int:
-    """Exit 0 when nothing was lost or reordered, 1 otherwise."""
+    """Exit 0 when nothing was lost (and, with --strict-order, nothing answered out of order), else 1."""
     import msgspec
 
     from service.verify import format_report, verify
@@ -128,8 +146,9 @@ def _verify(args: argparse.Namespace, settings) -> int:
         args.dlq or settings.dlq.topic,
         args.timeout,
     )
-    print(msgspec.json.encode(report).decode() if args.json else format_report(report))
-    return EXIT_OK if report.ok else EXIT_FAILURE
+    strict = args.strict_order
+    print(msgspec.json.encode(report).decode() if args.json else format_report(report, strict_order=strict))
+    return EXIT_OK if report.judge(strict_order=strict) else EXIT_FAILURE
 
 
 def _models(args: argparse.Namespace) -> int:

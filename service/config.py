@@ -198,17 +198,43 @@ class DlqSettings(_Section):
 
 
 class BatchSettings(_Section):
-    """Micro-batching: flush at ``max_size`` items or when the oldest item has waited ``max_wait_ms``."""
+    """Micro-batching: a batch is cut at the target size, or when its oldest item has waited ``max_wait_ms``.
+
+    With ``adaptive`` on, the target moves within [``min_size``, ``max_size``] with load (see
+    ``service/adaptive.py``); off, it is always ``max_size``.
+    """
 
     min_size: int = Field(4, ge=1, le=65_536)
     # validate_default: the check against min_size must run when only MIN_SIZE is set, too.
     max_size: int = Field(16, ge=1, le=65_536, validate_default=True)
     max_wait_ms: float = Field(50.0, gt=0, le=60_000)
+    adaptive: bool = True
+    """Move the target size with load (grow on backlog, halve when a batch overruns the SLO budget)."""
+    latency_slo_ms: float = Field(250.0, gt=0, le=600_000, validate_default=True)
+    """End-to-end latency target for the adaptive controller: a batch may take (SLO - MAX_WAIT_MS) / 2."""
+    max_tokens: int = Field(8192, ge=0, le=16_777_216)
+    """Cost cap per batch for processors that report a cost (text: count x longest item, in tokens); 0 =
+    no cap. One item larger than the cap still runs, alone."""
+    bucket_window: int = Field(64, ge=0, le=65_536)
+    """For processors that report a cost: choose each batch among up to this many waiting messages, by
+    similar cost (length), to cut padding. 0 keeps arrival order. Results of one partition may then come
+    out of offset order (commits do not: see README)."""
+    pipeline_depth: int = Field(2, ge=0, le=16)
+    """Batches handed to the inference thread and not yet finished; while one runs, the next is consumed
+    and pre-processed. 0 runs inference on the loop's own thread."""
 
     @field_validator("max_size")
     @classmethod
     def _not_below_min(cls, value: int, info: Any) -> int:
         return _not_below(value, info, "min_size", "MICROBATCH_BATCH__MIN_SIZE")
+
+    @field_validator("latency_slo_ms")
+    @classmethod
+    def _above_the_window(cls, value: float, info: Any) -> float:
+        wait = info.data.get("max_wait_ms")
+        if info.data.get("adaptive") and wait is not None and value <= wait:
+            raise ValueError(f"must be > MICROBATCH_BATCH__MAX_WAIT_MS ({wait:g})")
+        return value
 
 
 class ModelSettings(_Section):
@@ -223,6 +249,9 @@ class ModelSettings(_Section):
     providers: CsvList = Field(default_factory=lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"])
     intra_op_threads: int = Field(0, ge=0, le=256)
     """0 lets ONNX Runtime choose (one thread per core)."""
+    allow_spinning: bool = False
+    """Let idle ONNX Runtime threads spin-wait for work: lower latency per batch on dedicated cores, but
+    it starves the loop thread when they share cores."""
     processor: str | None = None
     """``features``, ``text``, or ``package.module:Class`` for a processor of your own."""
     version: str | None = None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from service.errors import InvalidMessage, Reason
@@ -32,3 +32,28 @@ def decode(record: InputRecord, parse: Parse, max_value_bytes: int) -> Decoded |
         return Rejection(record, exc.reason, exc.detail)
     except Exception as exc:  # a processor's bug must not take the service down
         return Rejection(record, Reason.INVALID_EVENT, f"processor failed: {type(exc).__name__}: {exc}")
+
+
+Prepare = Callable[[list[Any]], list[Any]]
+
+
+def prepare_all(decoded: Sequence[Decoded], prepare: Prepare) -> tuple[list[Decoded], list[Rejection]]:
+    """Run the processor's ``prepare`` hook over a group of decoded messages at once. If it fails for
+    the group, it is retried one message at a time, so only the messages it fails on are rejected
+    (``invalid_event``). Never raises for a processor error."""
+    if not decoded:
+        return [], []
+    try:
+        items = prepare([d.item for d in decoded])
+    except Exception as exc:
+        if len(decoded) == 1:
+            detail = f"processor failed to prepare it: {type(exc).__name__}: {exc}"[:500]
+            return [], [Rejection(decoded[0].record, Reason.INVALID_EVENT, detail)]
+        kept: list[Decoded] = []
+        rejected: list[Rejection] = []
+        for one in decoded:
+            ok, bad = prepare_all([one], prepare)
+            kept += ok
+            rejected += bad
+        return kept, rejected
+    return [Decoded(d.record, item) for d, item in zip(decoded, items, strict=True)], []

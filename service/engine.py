@@ -67,7 +67,9 @@ class Engine:
     and releases the GIL while ONNX Runtime computes.
     """
 
-    def __init__(self, path: Path, providers: Sequence[str], intra_op_threads: int = 0) -> None:
+    def __init__(
+        self, path: Path, providers: Sequence[str], intra_op_threads: int = 0, allow_spinning: bool = False
+    ) -> None:
         usable, dropped = choose_providers(
             providers, ort.get_all_providers(), ort.get_available_providers(), cuda_device_count()
         )
@@ -77,6 +79,10 @@ class Engine:
         options.intra_op_num_threads = intra_op_threads
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.log_severity_level = 3  # ONNX Runtime's own warnings are noise; errors still print
+        # Idle intra-op threads spin-wait for the next batch by default. Here they share the cores with the
+        # loop thread, which consumes and pre-processes the next batch meanwhile: spinning starves it
+        # (measured: log-classifier 2,700 -> 4,400 events/s on 2 cores with spinning off).
+        options.add_session_config_entry("session.intra_op.allow_spinning", "1" if allow_spinning else "0")
         try:
             self._session = ort.InferenceSession(str(path), options, providers=usable)
         except Exception as exc:  # ORT raises its own Fail/InvalidGraph/InvalidProtobuf/NoSuchFile types

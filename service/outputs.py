@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -13,13 +12,35 @@ from service.records import Headers, InputRecord, OutRecord, Rejection
 _ENCODER = msgspec.json.Encoder()
 
 
-@dataclass(frozen=True, slots=True)
-class ModelRef:
+class ModelRef(msgspec.Struct, frozen=True):
     """How results name the model that produced them."""
 
     name: str
     version: str
     provider: str
+
+
+class _Source(msgspec.Struct, gc=False):
+    topic: str
+    partition: int
+    offset: int
+
+
+class _Timestamps(msgspec.Struct, gc=False):
+    event_ms: int | None
+    consumed_ms: int
+    produced_ms: int
+
+
+class _Result(msgspec.Struct, gc=False):
+    """The result value, field for field as in the README. A Struct encodes about twice as fast as the
+    equivalent nested dicts, and this runs once per message."""
+
+    source: _Source
+    model: ModelRef
+    result: dict[str, Any]
+    batch_size: int
+    timestamps: _Timestamps
 
 
 def result_record(
@@ -31,18 +52,15 @@ def result_record(
     consumed_ms: int,
     produced_ms: int,
 ) -> OutRecord:
-    """One result for one input: same key, input headers passed through, value as in the README."""
-    value = {
-        "source": {"topic": record.topic, "partition": record.partition, "offset": record.offset},
-        "model": {"name": model.name, "version": model.version, "provider": model.provider},
-        "result": result,
-        "batch_size": batch_size,
-        "timestamps": {
-            "event_ms": record.timestamp_ms,
-            "consumed_ms": consumed_ms,
-            "produced_ms": produced_ms,
-        },
-    }
+    """One result for one input: same key, input headers passed through, value as in the README.
+    Raises TypeError or ValueError when ``result`` holds something JSON cannot encode."""
+    value = _Result(
+        _Source(record.topic, record.partition, record.offset),
+        model,
+        result,
+        batch_size,
+        _Timestamps(record.timestamp_ms, consumed_ms, produced_ms),
+    )
     return OutRecord(topic, record.key, _ENCODER.encode(value), record.headers, record)
 
 

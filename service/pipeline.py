@@ -7,31 +7,40 @@ tests drive with fakes and a fake clock, and integration tests drive with the re
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import wait
+from typing import Any
 
 import numpy as np
 import structlog
 
+from service.adaptive import BatchSizeController, FixedBatchSize
 from service.batcher import Batcher
 from service.config import Settings
-from service.decode import decode
+from service.decode import decode, prepare_all
 from service.errors import BatchMismatchError, EngineFailedError, InvalidMessage, OffsetOrderError, Reason
+from service.inflight import InFlight, Inline, OffloadPolicy, executor_for, timed_run
 from service.offsets import OffsetTracker
 from service.outputs import ModelRef, dead_letter, replace_refused, result_record
-from service.ports import EngineLike, SinkLike, SourceLike
-from service.processors import Processor, ResultOrError
+from service.ports import EngineLike, ExecutorLike, SinkLike, SourceLike
+from service.processors import Processor, ResultOrError, Tensors, prepare
 from service.records import Decoded, InputRecord, Rejection, TopicPartition
 from service.stats import Stats
 
 _log = structlog.get_logger("microbatch.pipeline")
 
+_INFLIGHT_POLL_S = 0.001
+_LAG_REFRESH_S = 0.02
+
 
 class Pipeline:
-    """Owns the batcher, the offset tracker and the stats; drives the source, engine and sink.
+    """Owns the batcher, the size controller, the offset tracker and the stats; drives the source, the
+    engine (through the executor) and the sink.
 
     Not thread-safe: :meth:`run` and the rebalance callbacks (which librdkafka calls from inside
-    ``consume``) all happen on the thread that called :meth:`run`. :meth:`stop` may be called from a
-    signal handler: it only flips a flag.
+    ``consume``) all happen on the thread that called :meth:`run`; the executor's thread only ever runs
+    ``engine.run``. :meth:`stop` may be called from a signal handler: it only flips a flag.
     """
 
     def __init__(
@@ -44,6 +53,7 @@ class Pipeline:
         model: ModelRef,
         clock: Callable[[], float] = time.monotonic,
         wall_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+        executor: ExecutorLike | None = None,
     ) -> None:
         self._settings = settings
         self._source = source
@@ -54,7 +64,28 @@ class Pipeline:
         self._clock = clock
         self._wall_ms = wall_ms
         batch = settings.batch
-        self._batcher: Batcher[Decoded] = Batcher(batch.max_size, batch.max_wait_ms / 1000, clock)
+        self._sizer: BatchSizeController | FixedBatchSize = (
+            BatchSizeController(
+                batch.min_size, batch.max_size, batch.latency_slo_ms / 1000, batch.max_wait_ms / 1000
+            )
+            if batch.adaptive
+            else FixedBatchSize(batch.max_size)
+        )
+        self._cost: Callable[[Any], int] | None = getattr(processor, "cost", None)
+        self._batcher: Batcher[Decoded] = Batcher(
+            self._sizer.target,
+            batch.max_wait_ms / 1000,
+            clock,
+            cost=(lambda d: self._cost(d.item)) if self._cost else None,
+            max_cost=batch.max_tokens,
+            window=batch.bucket_window,
+        )
+        self._executor = executor or executor_for(batch.pipeline_depth)
+        self._inline = Inline()
+        self._offload = OffloadPolicy()
+        self._depth = max(1, batch.pipeline_depth)
+        self._inflight: deque[InFlight] = deque()
+        self._lag, self._lag_at = 0, float("-inf")
         self._tracker = OffsetTracker()
         self.stats = Stats(clock)
         self._running = True
@@ -73,15 +104,17 @@ class Pipeline:
         self._source.subscribe(self._settings.input.topics, self)
         try:
             while self._running:
-                for record in self._source.consume(*self._consume_plan()):
-                    self._accept(record)
-                while self._batcher.ready():
-                    self._process(self._batcher.take())
+                self._accept(self._source.consume(*self._consume_plan()))
+                if self._batcher.ready() and self._batcher.room():
+                    self._accept(self._source.consume(self._batcher.room(), 0))  # more to choose among
+                self._dispatch()
+                self._complete(self._idle_s() if len(self._inflight) >= self._depth else 0.0)
                 self._acknowledge(self._sink.poll(0))
                 self._apply_backpressure()
                 self._log_stats()
         except BaseException:
             self._closing = True
+            self._executor.shutdown(wait=False)
             self._source.close()
             raise
         _log.info("stopping")
@@ -98,13 +131,38 @@ class Pipeline:
         librdkafka's consume(n, timeout) returns only when it has n messages or the timeout expires, so:
         with no batch open, ask for ONE message (it returns as soon as one arrives, which opens the
         batch); with a batch open, ask for exactly what fills it and block no longer than its deadline.
+        While a batch is computing, block at most a millisecond, to send its results soon after it ends.
         """
+        cap = _INFLIGHT_POLL_S if self._inflight else float("inf")
         due = self._batcher.time_until_due()
         if due is None:
-            return 1, self._settings.input.idle_poll_ms / 1000
-        return self._batcher.max_size - len(self._batcher), due
+            return 1, min(self._idle_s(), cap)
+        return max(1, self._batcher.max_size - len(self._batcher)), min(due, cap)
 
-    def _accept(self, record: InputRecord) -> None:
+    def _idle_s(self) -> float:
+        return self._settings.input.idle_poll_ms / 1000
+
+    def _accept(self, records: list[InputRecord]) -> None:
+        """Track, decode and prepare consumed records; bad ones go to the dead-letter topic at once."""
+        if not records:
+            return
+        decoded = []
+        parse, limit = self._processor.parse, self._settings.input.max_value_bytes
+        for record in records:
+            self._track(record)
+            outcome = decode(record, parse, limit)
+            if isinstance(outcome, Rejection):
+                self._reject(outcome)
+            else:
+                decoded.append(outcome)
+        self.stats.events_in += len(records)
+        kept, rejected = prepare_all(decoded, lambda items: prepare(self._processor, items))
+        for rejection in rejected:
+            self._reject(rejection)
+        for item in kept:
+            self._batcher.add(item, item.record.received)
+
+    def _track(self, record: InputRecord) -> None:
         try:
             self._tracker.track(record.tp, record.offset)
         except OffsetOrderError:
@@ -115,16 +173,59 @@ class Pipeline:
             )
             self._tracker.forget([record.tp])
             self._tracker.track(record.tp, record.offset)
-        self.stats.events_in += 1
-        outcome = decode(record, self._processor.parse, self._settings.input.max_value_bytes)
-        if isinstance(outcome, Rejection):
-            self._reject(outcome)
-        else:
-            self._batcher.add(outcome, record.received)
 
-    def _process(self, batch: list[Decoded]) -> None:
-        """Infer one batch and queue one output per input, in input order."""
-        answers = list(self._infer(batch))
+    # -- inference ------------------------------------------------------------------------------------
+
+    def _dispatch(self) -> None:
+        """Cut every due batch, pre-process it here and hand it to the engine, while fewer than
+        MICROBATCH_BATCH__PIPELINE_DEPTH batches are in flight: to the inference thread, or inline when
+        the model is so fast that a hand-off would cost more than the overlap saves (OffloadPolicy)."""
+        while len(self._inflight) < self._depth and self._batcher.ready():
+            batch = self._batcher.take()
+            start = self._clock()
+            try:
+                feeds = self._processor.preprocess([d.item for d in batch])
+            except Exception:
+                self._complete(None)  # keep results in batch order
+                self._emit(batch, list(self._infer(batch)), self._clock() - start, None)
+                continue
+            prep_s = self._clock() - start
+            executor = self._executor if self._offload.offload else self._inline
+            future = executor.submit(timed_run, self._engine, feeds, self._clock)
+            self._inflight.append(InFlight(batch, future, prep_s, self._padding(batch)))
+
+    def _complete(self, timeout_s: float | None) -> None:
+        """Finish in-flight batches in hand-off order: post-process, produce, adapt the batch size. Waits
+        up to ``timeout_s`` (None: for ever) for the oldest, then takes only those already done."""
+        while self._inflight:
+            head = self._inflight[0]
+            if not head.future.done():
+                if timeout_s is not None and timeout_s <= 0:
+                    return
+                wait([head.future], timeout_s)
+                if not head.future.done():
+                    return
+            self._inflight.popleft()
+            start = self._clock()
+            try:
+                outputs, run_s = head.future.result()
+                self._offload.observe(run_s)
+                items = [d.item for d in head.batch]
+                answers = list(zip(head.batch, self._postprocess(outputs, items), strict=True))
+            except Exception as exc:
+                run_s = 0.0
+                answers = list(self._split(head.batch, exc))
+            self._emit(head.batch, answers, head.prep_s + run_s + self._clock() - start, head.padding)
+            timeout_s = 0.0
+
+    def _emit(
+        self,
+        batch: list[Decoded],
+        answers: list[tuple[Decoded, ResultOrError]],
+        service_s: float,
+        padding: tuple[int, int] | None,
+    ) -> None:
+        """Queue one output per input, in input order; then let the batch size adapt."""
         produced_ms = self._wall_ms()
         now = self._clock()
         topic = self._settings.output.topic
@@ -143,39 +244,58 @@ class Pipeline:
             self._sink.send(out)
             event_ms.append(record.timestamp_ms or consumed_ms)
         self.stats.results_out += len(event_ms)
-        self.stats.batch(len(batch), produced_ms - np.asarray(event_ms, dtype=np.float64))
+        self.stats.batch(len(batch), produced_ms - np.asarray(event_ms, dtype=np.float64), padding)
+        self._batcher.max_size = self._sizer.observe(len(batch), service_s, self._backlog()).target
+
+    def _backlog(self) -> int:
+        """Messages waiting: consumed but not batched, plus the consumer lag (refreshed every 20 ms)."""
+        now = self._clock()
+        if now - self._lag_at >= _LAG_REFRESH_S:
+            self._lag, self._lag_at = self._source.lag(), now
+        return self._lag + len(self._batcher)
+
+    def _padding(self, batch: list[Decoded]) -> tuple[int, int] | None:
+        """(real, padded) cost of a batch padded to its costliest item; None without a cost."""
+        if self._cost is None or not batch:
+            return None
+        costs = [self._cost(d.item) for d in batch]
+        return sum(costs), len(costs) * max(costs)
 
     def _infer(self, batch: Sequence[Decoded]) -> Iterator[tuple[Decoded, ResultOrError]]:
-        """Yield (item, result) for every item. A batch that fails is split in halves and retried, so a
-        failure (a bad item, or running out of GPU memory on a big batch) costs only the items that fail
-        when run alone; those get ``inference_error``. Raises EngineFailedError when the model fails on
-        the processor's known-good sample as well: then the runtime is broken, not the item."""
+        """Yield (item, result) for every item, running the batch here (not on the engine thread)."""
         try:
             results = self._run([d.item for d in batch])
         except Exception as exc:
-            if len(batch) == 1:
-                self._check_engine(exc)
-                failure = InvalidMessage(Reason.INFERENCE_ERROR, f"{type(exc).__name__}: {exc}"[:500])
-                yield batch[0], failure
-                return
-            _log.warning(
-                "batch_failed_splitting", size=len(batch), error=f"{type(exc).__name__}: {exc}"[:300]
-            )
-            half = len(batch) // 2
-            yield from self._infer(batch[:half])
-            yield from self._infer(batch[half:])
+            yield from self._split(batch, exc)
             return
         yield from zip(batch, results, strict=True)
 
+    def _split(self, batch: Sequence[Decoded], exc: Exception) -> Iterator[tuple[Decoded, ResultOrError]]:
+        """A batch failed with ``exc``: split it in halves and retry, so a failure (a bad item, or running
+        out of GPU memory on a big batch) costs only the items that fail when run alone; those get
+        ``inference_error``. Raises EngineFailedError when the model fails on the processor's known-good
+        sample as well: then the runtime is broken, not the item."""
+        if len(batch) == 1:
+            self._check_engine(exc)
+            yield batch[0], InvalidMessage(Reason.INFERENCE_ERROR, f"{type(exc).__name__}: {exc}"[:500])
+            return
+        _log.warning("batch_failed_splitting", size=len(batch), error=f"{type(exc).__name__}: {exc}"[:300])
+        half = len(batch) // 2
+        yield from self._infer(batch[:half])
+        yield from self._infer(batch[half:])
+
     def _run(self, items: list) -> list[ResultOrError]:
-        results = self._processor.postprocess(self._engine.run(self._processor.preprocess(items)), len(items))
+        return self._postprocess(self._engine.run(self._processor.preprocess(items)), items)
+
+    def _postprocess(self, outputs: Tensors, items: list[Any]) -> list[ResultOrError]:
+        results = self._processor.postprocess(outputs, items)
         if len(results) != len(items):
             raise BatchMismatchError(f"{len(results)} results for {len(items)} inputs")
         return results
 
     def _check_engine(self, item_error: Exception) -> None:
         try:
-            self._run([self._processor.sample()])
+            self._run(prepare(self._processor, [self._processor.sample()]))
         except Exception as exc:
             raise EngineFailedError(f"the model fails on a known-good sample too: {exc}") from item_error
 
@@ -224,7 +344,11 @@ class Pipeline:
         if self.stats.due(self._settings.log.stats_interval_s):
             tracker = self._tracker
             _log.info(
-                "stats", in_flight=tracker.in_flight(), stale_acks=tracker.stale_acks, **self.stats.snapshot()
+                "stats",
+                in_flight=tracker.in_flight(),
+                stale_acks=tracker.stale_acks,
+                target_batch_size=self._batcher.max_size,
+                **self.stats.snapshot(),
             )
 
     # -- commits ------------------------------------------------------------------------------------
@@ -232,7 +356,8 @@ class Pipeline:
     def commit(self) -> None:
         """The one place that commits. The order is the at-least-once contract:
 
-        1. every consumed message is processed (the open batch is cut early) and its output queued;
+        1. every consumed message is processed (batches in flight finish, the open batch is cut early and
+           run here) and its output queued;
         2. the producer is flushed, so the broker acknowledged (or refused) every output;
         3. acknowledgements advance the per-partition watermarks (see ``offsets``), and those are stored;
         4. the stored offsets are committed synchronously.
@@ -240,8 +365,10 @@ class Pipeline:
         An output still unacknowledged when the flush times out holds its partition's watermark back, so
         the worst case is a duplicate after restart, never a loss.
         """
+        self._complete(None)
         for batch in self._batcher.drain():
-            self._process(batch)
+            start = self._clock()
+            self._emit(batch, list(self._infer(batch)), self._clock() - start, self._padding(batch))
         timeout = self._settings.output.flush_timeout_s
         if self._acknowledge(self._sink.flush(timeout)):
             self._acknowledge(self._sink.flush(timeout))  # the replacements of refused records
@@ -251,8 +378,10 @@ class Pipeline:
 
     def _shutdown(self) -> None:
         self.commit()
+        self._executor.shutdown(wait=True)
         self._closing = True  # close() revokes once more: nothing is left to commit by then
-        _log.info("stopped", in_flight=self._tracker.in_flight(), **self.stats.snapshot())
+        last = self.stats.snapshot()
+        _log.info("stopped", in_flight=self._tracker.in_flight(), **last, totals=self.stats.summary())
         self._source.close()
 
     # -- rebalance callbacks (run inside consume) -----------------------------------------------------
@@ -277,6 +406,7 @@ class Pipeline:
         partitions (their new owner re-reads them) and let outputs already queued finish."""
         lost = set(tps)
         dropped = self._batcher.discard(lambda d: d.record.tp not in lost)
+        self._complete(None)  # batches in flight finish; their outputs are duplicates at worst
         acked = self._sink.flush(self._settings.output.flush_timeout_s)
         self._tracker.forget(tps)  # first, so their acks store nothing
         self._acknowledge(acked)

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any, Protocol
 
 from service.processors.base import Tensors
 from service.records import InputRecord, OutRecord, TopicPartition
@@ -23,6 +25,8 @@ class SourceLike(Protocol):
     def subscribe(self, topics: list[str], listener: RebalanceListener) -> None: ...
 
     def consume(self, max_messages: int, timeout_s: float) -> list[InputRecord]: ...
+
+    def lag(self) -> int: ...
 
     def store(self, offsets: dict[TopicPartition, int]) -> None: ...
 
@@ -49,3 +53,11 @@ class SinkLike(Protocol):
 
 class EngineLike(Protocol):
     def run(self, feeds: Tensors) -> Tensors: ...
+
+
+class ExecutorLike(Protocol):
+    """Where inference runs: a one-thread ``ThreadPoolExecutor``, or :class:`service.inflight.Inline`."""
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any) -> Future[Any]: ...
+
+    def shutdown(self, wait: bool = True) -> None: ...

@@ -53,25 +53,19 @@ class Source:
             if err is not None:
                 self._on_message_error(msg, err)
                 continue
-            try:
-                headers, header_error = msg.headers(), None
-            except (SystemError, UnicodeError) as exc:  # a header name that is not UTF-8
-                headers, header_error = None, f"unreadable headers: {exc}"
-            _kind, ts = msg.timestamp()
-            records.append(
-                InputRecord(
-                    msg.topic(),
-                    msg.partition(),
-                    msg.offset(),
-                    msg.key(),
-                    msg.value(),
-                    headers,
-                    ts if ts > 0 else None,
-                    now,
-                    header_error,
-                )
-            )
+            records.append(to_record(msg, now))
         return records
+
+    def lag(self) -> int:
+        """Messages between the consumer's position and the end of its partitions, summed, from the
+        watermarks of the last fetch responses: no broker round trip (about 10 us per partition).
+        Partitions not fetched yet count 0."""
+        total = 0
+        for part in self._consumer.position(self._consumer.assignment()):
+            if part.offset >= 0:
+                _low, high = self._consumer.get_watermark_offsets(part, cached=True)
+                total += max(0, high - part.offset)
+        return total
 
     def store(self, offsets: dict[TopicPartition, int]) -> None:
         """Store the next offsets to commit (auto-commit sends them within a second)."""
@@ -135,6 +129,27 @@ class Source:
         if err.code() == KafkaError._PARTITION_EOF:
             return
         _log.warning("consume_error", topic=msg.topic(), partition=msg.partition(), error=err.str())
+
+
+def to_record(msg: Message, received: float) -> InputRecord:
+    """Copy a consumed message out of the client. Headers that cannot be read (a name that is not UTF-8)
+    are reported in ``header_error`` rather than raised, so the record can be dead-lettered."""
+    try:
+        headers, header_error = msg.headers(), None
+    except (SystemError, UnicodeError) as exc:
+        headers, header_error = None, f"unreadable headers: {exc}"
+    _kind, ts = msg.timestamp()
+    return InputRecord(
+        msg.topic(),
+        msg.partition(),
+        msg.offset(),
+        msg.key(),
+        msg.value(),
+        headers,
+        ts if ts > 0 else None,
+        received,
+        header_error,
+    )
 
 
 class FatalWatch:

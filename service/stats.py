@@ -23,16 +23,25 @@ class Stats:
     batches: int = 0
     batched_items: int = 0
     dlq_reasons: Counter[str] = field(default_factory=Counter)
+    real_cost: int = 0
+    padded_cost: int = 0
+    totals: Counter[str] = field(default_factory=Counter)
+    """Everything counted since start (the ``stopped`` line reports it)."""
     _latencies: list[np.ndarray] = field(default_factory=list)
     _since: float = 0.0
 
     def __post_init__(self) -> None:
         self._since = self.clock()
 
-    def batch(self, size: int, latencies_ms: np.ndarray) -> None:
+    def batch(self, size: int, latencies_ms: np.ndarray, padding: tuple[int, int] | None = None) -> None:
+        """One finished batch: its size, its results' latencies and, for items with a cost, its
+        (real, padded) cost."""
         self.batches += 1
         self.batched_items += size
         self._latencies.append(latencies_ms)
+        if padding is not None:
+            self.real_cost += padding[0]
+            self.padded_cost += padding[1]
 
     def rejected(self, reason: str) -> None:
         self.dead_letters += 1
@@ -51,14 +60,41 @@ class Stats:
             "events_per_s": round(self.events_in / elapsed, 1),
             "results_per_s": round(self.results_out / elapsed, 1),
             "batches_per_s": round(self.batches / elapsed, 2),
-            "mean_batch_size": round(self.batched_items / self.batches, 2) if self.batches else None,
+            "mean_batch_size": _ratio(self.batched_items, self.batches, 2),
             "latency_p50_ms": p50,
             "latency_p99_ms": p99,
+            "padding_efficiency": _ratio(self.real_cost, self.padded_cost, 3),
             "dlq": self.dead_letters,
             "dlq_reasons": dict(self.dlq_reasons),
         }
+        self.totals.update(
+            events_in=self.events_in,
+            results_out=self.results_out,
+            dead_letters=self.dead_letters,
+            batches=self.batches,
+            batched_items=self.batched_items,
+            real_cost=self.real_cost,
+            padded_cost=self.padded_cost,
+        )
         self.events_in = self.results_out = self.dead_letters = self.batches = self.batched_items = 0
+        self.real_cost = self.padded_cost = 0
         self.dlq_reasons.clear()
         self._latencies.clear()
         self._since = now
         return snap
+
+    def summary(self) -> dict[str, Any]:
+        """Totals since start (call after the last :meth:`snapshot`), for the ``stopped`` line."""
+        t = self.totals
+        return {
+            "events_in": t["events_in"],
+            "results_out": t["results_out"],
+            "dead_letters": t["dead_letters"],
+            "batches": t["batches"],
+            "mean_batch_size": _ratio(t["batched_items"], t["batches"], 2),
+            "padding_efficiency": _ratio(t["real_cost"], t["padded_cost"], 3),
+        }
+
+
+def _ratio(num: float, den: float, digits: int) -> float | None:
+    return round(num / den, digits) if den else None

@@ -5,9 +5,9 @@ from __future__ import annotations
 import importlib
 
 from service.errors import ConfigError
-from service.processors.base import ModelInfo, Processor, ResultOrError, Tensors
+from service.processors.base import ModelInfo, Processor, ResultOrError, Tensors, prepare
 
-__all__ = ["ModelInfo", "Processor", "ResultOrError", "Tensors", "load_processor"]
+__all__ = ["ModelInfo", "Processor", "ResultOrError", "Tensors", "load_processor", "prepare"]
 
 _SETTING = "MICROBATCH_MODEL__PROCESSOR"
 

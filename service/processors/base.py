@@ -39,17 +39,42 @@ class Processor(Protocol):
 
     - ``parse`` runs per message: bytes -> item; raises InvalidMessage for bad input, nothing else.
     - ``preprocess`` runs per batch: items -> named input tensors (padding is its business).
-    - ``postprocess`` runs per batch: output tensors -> exactly one result (or InvalidMessage) per item.
+    - ``postprocess`` runs per batch: output tensors and the batch's items -> exactly one result (or
+      InvalidMessage) per item, in the items' order.
+
+    Batches are pipelined: the next batch's ``preprocess`` may run before this batch's ``postprocess``,
+    and a failing batch is retried in halves. Keep no per-batch state between the two calls: whatever
+    ``postprocess`` needs about the inputs, take from ``items``.
     - ``sample`` returns a valid item, used to warm the model up before the first real batch.
+
+    Two optional methods (looked up with getattr; :func:`prepare` applies the first):
+
+    - ``prepare(items) -> items`` runs on every group of parsed items as consumed, before batching, for
+      work that is cheaper many at a time (batch tokenization). ``preprocess`` then receives what it
+      returned. It must keep the items' count and order.
+    - ``cost(item) -> int`` is an item's size (text: tokens). With it, batches are capped at
+      ``MICROBATCH_BATCH__MAX_TOKENS`` padded and grouped by similar cost (``BUCKET_WINDOW``), and the
+      stats report padding efficiency, assuming ``preprocess`` pads to the batch's costliest item.
     """
 
     def parse(self, value: bytes) -> Any: ...
 
     def preprocess(self, items: Sequence[Any]) -> Tensors: ...
 
-    def postprocess(self, outputs: Tensors, count: int) -> list[ResultOrError]: ...
+    def postprocess(self, outputs: Tensors, items: Sequence[Any]) -> list[ResultOrError]: ...
 
     def sample(self) -> Any: ...
+
+
+def prepare(processor: Processor, items: list[Any]) -> list[Any]:
+    """Apply the processor's optional ``prepare`` hook (identity without one). Raises what it raises."""
+    hook = getattr(processor, "prepare", None)
+    if hook is None:
+        return items
+    prepared = hook(items)
+    if len(prepared) != len(items):
+        raise BatchMismatchError(f"prepare returned {len(prepared)} items for {len(items)}")
+    return list(prepared)
 
 
 _JSON = msgspec.json.Decoder()

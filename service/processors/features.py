@@ -44,8 +44,8 @@ class FeaturesProcessor:
     def preprocess(self, items: Sequence[tuple[float, ...]]) -> Tensors:
         return {self._input: np.asarray(items, dtype=np.float32)}
 
-    def postprocess(self, outputs: Tensors, count: int) -> list[ResultOrError]:
-        return rows_to_results(outputs, count)
+    def postprocess(self, outputs: Tensors, items: Sequence[tuple[float, ...]]) -> list[ResultOrError]:
+        return rows_to_results(outputs, len(items))
 
     def sample(self) -> tuple[float, ...]:
         return (0.0,) * len(self.features)

@@ -20,7 +20,10 @@ DEFAULT_MAX_LENGTH = 128
 
 class TextProcessor:
     """Tokenizes with a ``tokenizers`` JSON file; feeds ``input_ids`` (+ ``attention_mask`` if the model
-    takes one); maps an output ``class_index`` to a ``label`` when labels are known."""
+    takes one); maps an output ``class_index`` to a ``label`` when labels are known.
+
+    Items go parse (a line) -> prepare (token ids, many lines at once) -> preprocess (a padded batch).
+    """
 
     def __init__(self, info: ModelInfo) -> None:
         self._field: str | None = setting(info, "text_field", "MICROBATCH_MODEL__TEXT_FIELD", required=False)
@@ -37,10 +40,10 @@ class TextProcessor:
 
         self._tok = Tokenizer.from_file(str(path))
         self._tok.enable_truncation(max_length)
-        pad_token = "[PAD]" if self._tok.token_to_id("[PAD]") is not None else None
-        pad_id = self._tok.token_to_id(pad_token) if pad_token else 0
-        # No fixed length: pad to the longest item of each batch, not to max_length.
-        self._tok.enable_padding(pad_id=pad_id, pad_token=pad_token or "[PAD]")
+        # Padding happens per batch in preprocess, to the batch's longest item, not here.
+        self._tok.no_padding()
+        pad_id = self._tok.token_to_id("[PAD]")
+        self._pad_id = pad_id if pad_id is not None else 0
 
         names = set(info.input_names)
         if "input_ids" not in names:
@@ -67,17 +70,29 @@ class TextProcessor:
             raise InvalidMessage(Reason.INVALID_EVENT, "the text is empty")
         return text
 
-    def preprocess(self, items: Sequence[str]) -> Tensors:
-        encodings = self._tok.encode_batch(list(items), add_special_tokens=True)
-        tensors = {"input_ids": np.array([e.ids for e in encodings], dtype=np.int64)}
+    def prepare(self, texts: Sequence[str]) -> list[list[int]]:
+        """Tokenize many lines at once (``encode_batch`` runs in parallel, outside the GIL)."""
+        return [e.ids for e in self._tok.encode_batch(list(texts), add_special_tokens=True)]
+
+    def cost(self, ids: list[int]) -> int:
+        """Tokens, the unit of ``MICROBATCH_BATCH__MAX_TOKENS``."""
+        return len(ids)
+
+    def preprocess(self, items: Sequence[list[int]]) -> Tensors:
+        """Pad the token ids to the longest item of this batch (not to max_length)."""
+        lengths = np.fromiter(map(len, items), dtype=np.int64, count=len(items))
+        ids = np.full((len(items), int(lengths.max(initial=1))), self._pad_id, dtype=np.int64)
+        for row, item in zip(ids, items, strict=True):
+            row[: len(item)] = item
+        tensors = {"input_ids": ids}
         if self._mask:
-            tensors["attention_mask"] = np.array([e.attention_mask for e in encodings], dtype=np.int64)
+            tensors["attention_mask"] = (np.arange(ids.shape[1]) < lengths[:, None]).astype(np.int64)
         if self._types:
-            tensors["token_type_ids"] = np.zeros_like(tensors["input_ids"])
+            tensors["token_type_ids"] = np.zeros_like(ids)
         return tensors
 
-    def postprocess(self, outputs: Tensors, count: int) -> list[ResultOrError]:
-        results = rows_to_results(outputs, count)
+    def postprocess(self, outputs: Tensors, items: Sequence[list[int]]) -> list[ResultOrError]:
+        results = rows_to_results(outputs, len(items))
         if self.labels and "class_index" in outputs:
             for result in results:
                 if isinstance(result, dict):

@@ -42,7 +42,6 @@ class FaultyProcessor:
     def __init__(self, info: ModelInfo) -> None:
         self._inner = FeaturesProcessor(info)
         self._fault_decoder = msgspec.json.Decoder(_Fault)
-        self._batch_faults: list[str | None] = []
 
     def parse(self, value: bytes) -> Item:
         row = self._inner.parse(value)  # raises InvalidMessage for bad input, like the real processor
@@ -58,12 +57,11 @@ class FaultyProcessor:
             raise InjectedFault(f"injected fault: a batch of {len(items)} holds a 'raise' item")
         if "slow" in faults:
             time.sleep(SLOW_S)
-        # Called from one thread, always followed by postprocess of the same batch (see Processor).
-        self._batch_faults = faults
         return self._inner.preprocess([row for row, _fault in items])
 
-    def postprocess(self, outputs: Tensors, count: int) -> list[ResultOrError]:
-        poisoned = [i for i, fault in enumerate(self._batch_faults[:count]) if fault == "nan"]
+    def postprocess(self, outputs: Tensors, items: Sequence[Item]) -> list[ResultOrError]:
+        # From the items, not from state kept since preprocess: batches are pipelined (see Processor).
+        poisoned = [i for i, (_row, fault) in enumerate(items) if fault == "nan"]
         if poisoned:
             outputs = dict(outputs)
             for name, array in outputs.items():
@@ -71,7 +69,7 @@ class FaultyProcessor:
                     with_nan = array.copy()
                     with_nan[poisoned] = np.nan
                     outputs[name] = with_nan
-        return self._inner.postprocess(outputs, count)
+        return self._inner.postprocess(outputs, [row for row, _fault in items])
 
     def sample(self) -> Item:
         return self._inner.sample(), None

@@ -184,3 +184,101 @@ def test_smallest_valid_batcher_flushes_every_item(clock):
     batcher.add("x")
     assert batcher.ready()
     assert batcher.take() == ["x"]
+
+
+# -- cost caps and length bucketing -------------------------------------------------------------------------
+
+
+def costed(clock, *, max_size: int = 4, max_cost: int = 0, window: int = 0) -> Batcher[str]:
+    """Items are strings; their cost is their length (like tokens)."""
+    return Batcher(max_size, WAIT, clock, cost=len, max_cost=max_cost, window=window)
+
+
+def test_cost_cap_cuts_a_batch_before_it_is_full_in_count(clock):
+    batcher = costed(clock, max_size=10, max_cost=12)
+    for item in ["aaa", "bb", "cccc"]:  # padded: 3 x 4 = 12, at the cap
+        batcher.add(item)
+    assert batcher.ready()
+    batcher.add("d")
+    assert batcher.take() == ["aaa", "bb", "cccc"]  # a 4th would make 4 x 4 = 16 > 12
+    assert batcher.take() == ["d"]
+
+
+def test_one_item_over_the_cost_cap_still_runs_alone(clock):
+    batcher = costed(clock, max_size=10, max_cost=5)
+    batcher.add("x" * 50)
+    batcher.add("y")
+    assert batcher.ready()
+    assert batcher.take() == ["x" * 50]
+    assert batcher.take() == ["y"]
+
+
+def test_without_a_cost_function_the_cap_and_window_are_ignored(clock):
+    batcher = Batcher(2, WAIT, clock, max_cost=1, window=8)
+    for item in ["aaaa", "b", "cccc"]:
+        batcher.add(item)
+    assert batcher.room() == 0
+    assert batcher.take() == ["aaaa", "b"]
+
+
+def test_bucketing_takes_the_oldest_and_the_nearest_in_cost(clock):
+    batcher = costed(clock, max_size=3, window=8)
+    for item in ["aaaa", "b", "cc", "dddd", "e", "ffff", "gg", "hhhhh"]:
+        batcher.add(item)
+    # The oldest is "aaaa" (4): with it go the two others of length 4, in arrival order.
+    assert batcher.take() == ["aaaa", "dddd", "ffff"]
+    # Now the oldest is "b" (1): "e" (1), then the nearest is a 2, the older of the two.
+    assert batcher.take() == ["b", "cc", "e"]
+    assert batcher.take() == ["gg", "hhhhh"]
+
+
+def test_bucketing_pads_less_than_arrival_order(clock):
+    lengths = [3, 40, 5, 38, 4, 41, 6, 39] * 4
+
+    def padded(batches: list[list[str]]) -> int:
+        return sum(len(b) * max(map(len, b)) for b in batches)
+
+    fifo, bucketed = costed(clock, window=0), costed(clock, window=16)
+    for n in lengths:
+        fifo.add("x" * n)
+        bucketed.add("x" * n)
+    fifo_batches, bucket_batches = list(fifo.drain()), list(bucketed.drain())
+    assert sorted(len(item) for batch in bucket_batches for item in batch) == sorted(lengths)  # all, once
+    assert padded(bucket_batches) < 0.6 * padded(fifo_batches)
+
+
+def test_bucketing_never_passes_over_the_oldest_item(clock):
+    batcher = costed(clock, max_size=2, window=6)
+    batcher.add("x" * 30)  # an outlier: nobody is near it
+    for _ in range(5):
+        batcher.add("y")
+    assert batcher.take()[0] == "x" * 30
+
+
+def test_bucketing_respects_the_cost_cap_by_skipping_items_too_long(clock):
+    batcher = costed(clock, max_size=3, max_cost=9, window=8)
+    for item in ["aaa", "aaaaaaa", "aa", "a"]:
+        batcher.add(item)
+    # Nearest to 3: 2, 1 (the 7 would pad the batch to 3 x 7 = 21 > 9).
+    assert batcher.take() == ["aaa", "aa", "a"]
+    assert batcher.take() == ["aaaaaaa"]
+
+
+def test_room_asks_for_enough_to_choose_among(clock):
+    batcher = costed(clock, max_size=4, window=16)
+    assert batcher.room() == 16
+    for _ in range(5):
+        batcher.add("a")
+    assert batcher.room() == 11
+
+
+def test_items_left_by_a_bucket_keep_their_deadlines(clock):
+    batcher = costed(clock, max_size=2, window=4)
+    batcher.add("aaaa")
+    clock.advance(STEP)
+    batcher.add("b")
+    batcher.add("cccc")
+    assert batcher.take() == ["aaaa", "cccc"]
+    clock.advance(STEP)
+    # "b" is now the oldest: its deadline runs from its own arrival, one STEP ago.
+    assert batcher.time_until_due() == WAIT - STEP

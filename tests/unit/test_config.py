@@ -198,6 +198,15 @@ def test_secret_is_not_echoed_in_a_config_error(monkeypatch):
         ({"MICROBATCH_KAFKA__CONSUMER_EXTRA": "[1, 2]"}, "MICROBATCH_KAFKA__CONSUMER_EXTRA"),
         ({"MICROBATCH_KAFKA__SECURITY_PROTOCOL": "CARRIER_PIGEON"}, "MICROBATCH_KAFKA__SECURITY_PROTOCOL"),
         ({"MICROBATCH_LOG__LEVEL": "loud"}, "MICROBATCH_LOG__LEVEL"),
+        ({"MICROBATCH_BATCH__LATENCY_SLO_MS": "40"}, "MICROBATCH_BATCH__LATENCY_SLO_MS"),
+        (
+            {"MICROBATCH_BATCH__MAX_WAIT_MS": "500", "MICROBATCH_BATCH__LATENCY_SLO_MS": "400"},
+            "MICROBATCH_BATCH__LATENCY_SLO_MS",
+        ),
+        ({"MICROBATCH_BATCH__ADAPTIVE": "sometimes"}, "MICROBATCH_BATCH__ADAPTIVE"),
+        ({"MICROBATCH_BATCH__PIPELINE_DEPTH": "-1"}, "MICROBATCH_BATCH__PIPELINE_DEPTH"),
+        ({"MICROBATCH_BATCH__MAX_TOKENS": "-5"}, "MICROBATCH_BATCH__MAX_TOKENS"),
+        ({"MICROBATCH_BATCH__BUCKET_WINDOW": "many"}, "MICROBATCH_BATCH__BUCKET_WINDOW"),
     ],
 )
 def test_invalid_values_name_the_exact_variable(monkeypatch, env, setting):
@@ -250,6 +259,14 @@ def test_min_size_above_the_default_max_size_is_refused(monkeypatch):
     with pytest.raises(ConfigError) as info:
         load_settings()
     assert info.value.setting in {"MICROBATCH_BATCH__MIN_SIZE", "MICROBATCH_BATCH__MAX_SIZE"}
+
+
+def test_the_slo_only_has_to_exceed_the_window_when_batches_adapt(monkeypatch):
+    monkeypatch.setenv("MICROBATCH_BATCH__MAX_WAIT_MS", "500")
+    monkeypatch.setenv("MICROBATCH_BATCH__ADAPTIVE", "false")
+    settings = load_settings()
+    assert settings.batch.max_wait_ms == 500
+    assert not settings.batch.adaptive
 
 
 def test_dotenv_in_the_cwd_is_read_and_the_environment_wins(monkeypatch, isolated_env):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from service.decode import decode
+from service.decode import decode, prepare_all
 from service.errors import InvalidMessage, Reason
 from service.processors.features import FeaturesProcessor
 from service.records import Decoded, Rejection
@@ -75,3 +75,33 @@ def test_the_record_travels_with_the_rejection(make_record):
     record = make_record(b"", topic="metrics", partition=3, offset=77, key=b"k")
     outcome = decode(record, never_called, LIMIT)
     assert outcome.record is record
+
+
+def test_prepare_runs_once_over_the_group(make_record):
+    calls = []
+
+    def prepare(items: list) -> list:
+        calls.append(list(items))
+        return [item * 10 for item in items]
+
+    group = [Decoded(make_record(b"x"), n) for n in (1, 2, 3)]
+    kept, rejected = prepare_all(group, prepare)
+    assert calls == [[1, 2, 3]]
+    assert [d.item for d in kept] == [10, 20, 30]
+    assert [d.record for d in kept] == [d.record for d in group]
+    assert rejected == []
+
+
+def test_a_prepare_failure_rejects_only_the_items_it_fails_on(make_record):
+    def prepare(items: list) -> list:
+        if 2 in items:
+            raise RuntimeError("cannot tokenize 2")
+        return items
+
+    group = [Decoded(make_record(b"x"), n) for n in (1, 2, 3)]
+    kept, rejected = prepare_all(group, prepare)
+    assert [d.item for d in kept] == [1, 3]
+    assert len(rejected) == 1
+    assert rejected[0].record is group[1].record
+    assert rejected[0].reason == Reason.INVALID_EVENT
+    assert "cannot tokenize 2" in rejected[0].detail

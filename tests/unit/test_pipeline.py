@@ -3,9 +3,10 @@ FeaturesProcessor and a fake clock."""
 
 from __future__ import annotations
 
-import dataclasses
+import threading
 from collections import Counter, deque
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import pytest
 
 from service.config import Settings
 from service.errors import EngineFailedError, Reason
+from service.inflight import Inline, OffloadPolicy
 from service.outputs import ModelRef
 from service.pipeline import Pipeline
 from service.poison import POISON_KINDS, make_poison
@@ -124,7 +126,7 @@ class FakeSource:
             else:
                 self.script.popleft()
             self.events.append(("consumed", [coords(r) for r in taken]))
-            return [dataclasses.replace(r, received=self.clock.now) for r in taken]
+            return [msgspec.structs.replace(r, received=self.clock.now) for r in taken]
         self.script.popleft()
         if isinstance(step, Revoke):
             self.events.append(("revoke_start", step.tps))
@@ -141,6 +143,12 @@ class FakeSource:
         else:
             raise AssertionError(f"unknown script step {step!r}")
         return []
+
+    def lag(self) -> int:
+        """Records available now (the head of the script, when it is a list), like librdkafka's
+        prefetched-but-not-consumed count."""
+        head = self.script[0] if self.script else None
+        return len(head) if isinstance(head, list) else 0
 
     def store(self, offsets: dict[TopicPartition, int]) -> None:
         self.events.append(("store", dict(offsets)))
@@ -320,6 +328,9 @@ def rig(clock):
         max_value_bytes: int = 10_000,
         idle_poll_ms: int = 100,
         max_in_flight: int = 10_000,
+        batch: dict | None = None,
+        executor=None,
+        make_processor: Callable[[ModelInfo], object] = FeaturesProcessor,
         **sink_policy,
     ) -> Rig:
         events: list = []
@@ -332,7 +343,8 @@ def rig(clock):
             },
             output={"topic": OUT},
             dlq={"topic": DLQ},
-            batch={"min_size": 1, "max_size": max_size, "max_wait_ms": max_wait_ms},
+            batch={"min_size": 1, "max_size": max_size, "max_wait_ms": max_wait_ms, "adaptive": False}
+            | (batch or {}),
             log={"stats_interval_s": 3600},
         )
         source = FakeSource(script, clock, events, greedy=greedy)
@@ -345,7 +357,7 @@ def rig(clock):
             output_names=("score",),
             settings={"features": FEATURES},
         )
-        processor = FeaturesProcessor(info)
+        processor = make_processor(info)
         pipeline = Pipeline(
             settings,
             source,
@@ -355,6 +367,7 @@ def rig(clock):
             MODEL,
             clock=clock,
             wall_ms=lambda: round(clock.now * 1000),
+            executor=executor or Inline(),
         )
         source.on_exhausted = pipeline.stop
         return Rig(pipeline, source, sink, engine, clock, events)
@@ -715,7 +728,7 @@ def test_a_refused_result_becomes_a_dead_letter_and_a_refused_dead_letter_loses_
 
 
 def test_unreadable_headers_are_dead_lettered(rig):
-    broken = dataclasses.replace(rec(0), headers=None, header_error="unreadable headers: bad name")
+    broken = msgspec.structs.replace(rec(0), headers=None, header_error="unreadable headers: bad name")
     r = rig([[broken, rec(1)]], max_size=2).run()
     (dead,) = r.dead_letters().values()
     assert dict(dead.headers)["error.reason"] == b"invalid_headers"
@@ -737,3 +750,146 @@ def test_partitions_assigned_after_back_pressure_ended_are_resumed_by_name(rig):
     r.run()
     assert r.events.index(("pause",)) < r.events.index(("resume",))
     assert ("resume_partitions", (P0,)) in r.events[r.events.index(("resume",)) :]
+
+
+# -- throughput: overlap, adaptive size, cost and buckets ---------------------------------------------------
+
+
+class BlockingEngine(FakeEngine):
+    """Blocks its FIRST batch until released, recording when it is inside run."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inside = threading.Event()
+        self.release = threading.Event()
+
+    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if not self.calls:
+            self.inside.set()
+            assert self.release.wait(30), "never released"
+        return super().run(feeds)
+
+
+class RecordingProcessor(FeaturesProcessor):
+    """FeaturesProcessor that logs its batch calls, and optionally reports a cost (the event's ``a``)."""
+
+    def __init__(self, info: ModelInfo, log: list, *, with_cost: bool = False) -> None:
+        super().__init__(info)
+        self.log = log
+        if with_cost:
+            self.cost = lambda item: int(item[0])
+
+    def prepare(self, items: list) -> list:
+        self.log.append(("prepare", len(items)))
+        return items
+
+    def preprocess(self, items):
+        self.log.append(("preprocess", [int(i[0]) for i in items]))
+        return super().preprocess(items)
+
+
+def test_the_next_batch_is_consumed_and_preprocessed_while_the_engine_runs(rig):
+    engine = BlockingEngine()
+    seen: dict[str, object] = {}
+    log: list = []
+
+    def while_batch_one_runs() -> None:
+        seen["engine_busy"] = engine.inside.is_set() and not engine.release.is_set()
+        seen["preprocessed"] = [e for e in log if e[0] == "preprocess"]
+        seen["sent_before_release"] = len(rig_.sink.sent)
+        engine.release.set()
+
+    script = [[rec(o) for o in range(8)], Do(while_batch_one_runs)]
+    executor = ThreadPoolExecutor(max_workers=1)
+    rig_ = r = rig(
+        script,
+        engine=engine,
+        max_size=4,
+        idle_poll_ms=1,
+        executor=executor,
+        batch={"pipeline_depth": 2},
+        make_processor=lambda info: RecordingProcessor(info, log),
+    )
+    r.run()
+    executor.shutdown()
+    assert seen["engine_busy"] is True
+    assert seen["preprocessed"] == [("preprocess", [0, 1, 2, 3]), ("preprocess", [4, 5, 6, 7])]
+    assert seen["sent_before_release"] == 0
+    assert [v["result"]["score"] for v in sorted(r.results().values(), key=Rig.coords_of)] == [
+        expected_score(o, 0.5) for o in range(8)
+    ]
+    sends = [e[2][2] for e in r.events if e[0] == "send"]
+    assert sends == list(range(8))  # results in input order, though batch 2 was ready first
+
+
+def test_adaptive_batches_grow_on_a_backlog(rig):
+    records = [rec(o) for o in range(60)]
+    r = rig([records], max_size=8, batch={"adaptive": True, "min_size": 1, "latency_slo_ms": 1000}).run()
+    sizes = r.engine.batch_sizes()
+    assert sizes[0] == 1
+    assert max(sizes) == 8
+    assert sizes[: sizes.index(8)] == sorted(sizes[: sizes.index(8)])  # grew step by step
+    assert len(r.results()) == 60
+
+
+class SlowEngine(FakeEngine):
+    """Each batch takes ``per_item_s`` per row on the fake clock."""
+
+    def __init__(self, clock, per_item_s: float) -> None:
+        super().__init__()
+        self.clock, self.per_item_s = clock, per_item_s
+
+    def run(self, feeds):
+        (x,) = feeds.values()
+        self.clock.advance(self.per_item_s * len(x))
+        return super().run(feeds)
+
+
+def test_adaptive_batches_halve_when_a_batch_overruns_the_slo_budget(rig, clock):
+    # Budget (300 - 100) / 2 = 100 ms per batch at 15 ms per item: 6 fit, 7 overrun.
+    engine = SlowEngine(clock, per_item_s=0.015)
+    settings = {"adaptive": True, "min_size": 4, "latency_slo_ms": 300}
+    r = rig([[rec(o) for o in range(60)]], engine=engine, max_size=16, batch=settings).run()
+    sizes = engine.batch_sizes()
+    assert sizes[:5] == [4, 5, 6, 7, 4]  # grew on the backlog; 7 overran: halved to 3, floored at min 4
+    assert max(sizes) == 7
+    assert len(r.results()) == 60
+
+
+def test_items_with_a_cost_are_bucketed_and_padding_is_reported(rig):
+    # Costs alternate short and long; with a window the batcher groups them.
+    costs = [2, 30, 3, 31, 2, 29, 3, 30]
+    records = [rec(o, event(c)) for o, c in enumerate(costs)]
+    log: list = []
+    r = rig(
+        [records],
+        max_size=4,
+        batch={"bucket_window": 8, "max_tokens": 0},
+        make_processor=lambda info: RecordingProcessor(info, log, with_cost=True),
+    ).run()
+    batches = [sorted(b) for kind, b in log if kind == "preprocess"]
+    assert batches == [[2, 2, 3, 3], [29, 30, 30, 31]]
+    # The first consume asked for one message; once a batch was due, a non-blocking one topped up
+    # the window so there was a choice.
+    assert log[0] == ("prepare", 1)
+    assert (4, 0) in r.source.consume_calls
+    totals = r.pipeline.stats.summary()
+    assert totals["padding_efficiency"] == pytest.approx((10 + 120) / (4 * 3 + 4 * 31), abs=1e-3)
+    # Every input still has exactly one result, and the commit covers all of them.
+    assert len(r.results()) == 8
+    assert last_stored(r.events) == {P0: 8}
+
+
+def test_offload_policy_runs_fast_models_inline_and_slow_ones_on_the_thread():
+    policy = OffloadPolicy(offload_above_s=0.001, inline_below_s=0.0005, weight=0.5)
+    assert policy.offload  # until it knows better
+    for _ in range(5):
+        policy.observe(0.0001)
+    assert not policy.offload
+    policy.observe(0.0009)  # the mean rises, but not past the upper threshold: no flapping
+    assert not policy.offload
+    for _ in range(3):
+        policy.observe(0.003)
+    assert policy.offload
+    policy.observe(0.0006)  # between the thresholds: stays
+    assert policy.offload

@@ -95,7 +95,7 @@ def test_postprocess_maps_rows_and_rejects_only_non_finite_rows(features_info):
     processor = FeaturesProcessor(features_info(["a"]))
     scores = np.array([0.5, np.nan, 2.0, np.inf], dtype=np.float32)
     flags = np.array([0, 1, 0, 1], dtype=np.int64)
-    results = processor.postprocess({"score": scores, "is_anomaly": flags}, 4)
+    results = processor.postprocess({"score": scores, "is_anomaly": flags}, [(0.0,)] * 4)
     assert len(results) == 4
     assert results[0] == {"score": 0.5, "is_anomaly": 0}
     assert results[2] == {"score": 2.0, "is_anomaly": 0}
@@ -107,7 +107,7 @@ def test_postprocess_maps_rows_and_rejects_only_non_finite_rows(features_info):
 def test_postprocess_checks_every_value_of_a_multi_column_row(features_info):
     processor = FeaturesProcessor(features_info(["a"]))
     probs = np.array([[0.1, 0.9], [0.2, np.nan]], dtype=np.float32)
-    results = processor.postprocess({"probs": probs}, 2)
+    results = processor.postprocess({"probs": probs}, [(0.0,)] * 2)
     assert results[0] == {"probs": pytest.approx([0.1, 0.9])}
     assert isinstance(results[1], InvalidMessage)
 
@@ -116,7 +116,7 @@ def test_postprocess_checks_every_value_of_a_multi_column_row(features_info):
 def test_postprocess_refuses_an_output_with_the_wrong_row_count(features_info, rows):
     processor = FeaturesProcessor(features_info(["a"]))
     with pytest.raises(BatchMismatchError):
-        processor.postprocess({"score": np.zeros(rows, dtype=np.float32)}, 3)
+        processor.postprocess({"score": np.zeros(rows, dtype=np.float32)}, [(0.0,)] * 3)
 
 
 def test_features_come_from_metadata_when_not_set(features_info):
@@ -195,7 +195,7 @@ def test_the_test_tokenizer_has_pad_zero_and_unk(vocab):
 def test_batch_is_padded_to_its_longest_item_not_to_max_length(tokenizer_path, vocab):
     processor = TextProcessor(text_info(tokenizer_path, max_length=64))
     lines = ["disk full", "user login ok from host", "kernel panic"]
-    tensors = processor.preprocess(lines)
+    tensors = processor.preprocess(processor.prepare(lines))
     longest = max(len(line.split()) for line in lines)
     assert tensors["input_ids"].shape == (3, longest)
     assert tensors["input_ids"].dtype == np.int64
@@ -206,7 +206,7 @@ def test_batch_is_padded_to_its_longest_item_not_to_max_length(tokenizer_path, v
 def test_attention_mask_is_zero_exactly_on_padding(tokenizer_path):
     processor = TextProcessor(text_info(tokenizer_path))
     lines = ["disk", "disk full on host web", "user login ok"]
-    tensors = processor.preprocess(lines)
+    tensors = processor.preprocess(processor.prepare(lines))
     mask = tensors["attention_mask"]
     assert mask.shape == tensors["input_ids"].shape
     assert mask.dtype == np.int64
@@ -218,7 +218,7 @@ def test_attention_mask_is_zero_exactly_on_padding(tokenizer_path):
 def test_long_lines_are_truncated_at_max_length(tokenizer_path, vocab):
     processor = TextProcessor(text_info(tokenizer_path, max_length=4))
     line = "error disk failure on volume data from host web"
-    tensors = processor.preprocess([line, "disk"])
+    tensors = processor.preprocess(processor.prepare([line, "disk"]))
     assert tensors["input_ids"].shape == (2, 4)
     assert tensors["input_ids"][0].tolist() == [vocab[w] for w in line.split()[:4]]
     assert tensors["attention_mask"][0].tolist() == [1, 1, 1, 1]
@@ -226,24 +226,27 @@ def test_long_lines_are_truncated_at_max_length(tokenizer_path, vocab):
 
 def test_max_length_comes_from_metadata(tokenizer_path):
     processor = TextProcessor(text_info(tokenizer_path, metadata={"microbatch.max_length": "3"}))
-    assert processor.preprocess(["disk full on host web one"])["input_ids"].shape == (1, 3)
+    assert processor.preprocess(processor.prepare(["disk full on host web one"]))["input_ids"].shape == (1, 3)
 
 
 def test_unknown_words_become_unk(tokenizer_path, vocab):
     processor = TextProcessor(text_info(tokenizer_path))
-    assert processor.preprocess(["disk zebra"])["input_ids"][0].tolist() == [vocab["disk"], vocab["[UNK]"]]
+    assert processor.preprocess(processor.prepare(["disk zebra"]))["input_ids"][0].tolist() == [
+        vocab["disk"],
+        vocab["[UNK]"],
+    ]
 
 
 def test_no_attention_mask_unless_the_model_takes_one(tokenizer_path):
     processor = TextProcessor(text_info(tokenizer_path, inputs=("input_ids",)))
-    assert set(processor.preprocess(["disk full"])) == {"input_ids"}
+    assert set(processor.preprocess(processor.prepare(["disk full"]))) == {"input_ids"}
 
 
 def test_token_type_ids_are_zeros_when_the_model_takes_them(tokenizer_path):
     processor = TextProcessor(
         text_info(tokenizer_path, inputs=("input_ids", "attention_mask", "token_type_ids"))
     )
-    tensors = processor.preprocess(["disk full", "kernel panic not syncing"])
+    tensors = processor.preprocess(processor.prepare(["disk full", "kernel panic not syncing"]))
     assert tensors["token_type_ids"].shape == tensors["input_ids"].shape
     assert not tensors["token_type_ids"].any()
 
@@ -302,7 +305,7 @@ def test_labels_map_class_index_to_label(tokenizer_path):
         "class_index": np.array([2, 0, 7, -1], dtype=np.int64),
         "probability": np.array([0.9, 0.8, 0.7, 0.6], dtype=np.float32),
     }
-    results = processor.postprocess(outputs, 4)
+    results = processor.postprocess(outputs, [[1]] * 4)
     assert [r["label"] for r in results] == ["security", "ok", None, None]
     assert [r["class_index"] for r in results] == [2, 0, 7, -1]
     assert results[0]["probability"] == pytest.approx(0.9)
@@ -310,20 +313,20 @@ def test_labels_map_class_index_to_label(tokenizer_path):
 
 def test_labels_come_from_metadata_json(tokenizer_path):
     processor = TextProcessor(text_info(tokenizer_path, metadata={"microbatch.labels": '["ok", "error"]'}))
-    (result,) = processor.postprocess({"class_index": np.array([1])}, 1)
+    (result,) = processor.postprocess({"class_index": np.array([1])}, [[1]])
     assert result["label"] == "error"
 
 
 def test_without_labels_no_label_is_added(tokenizer_path):
     processor = TextProcessor(text_info(tokenizer_path))
-    (result,) = processor.postprocess({"class_index": np.array([1])}, 1)
+    (result,) = processor.postprocess({"class_index": np.array([1])}, [[1]])
     assert result == {"class_index": 1}
 
 
 def test_a_non_finite_text_output_is_invalid_output_and_gets_no_label(tokenizer_path):
     processor = TextProcessor(text_info(tokenizer_path, labels=["ok", "error"]))
     outputs = {"class_index": np.array([1, 0]), "logit": np.array([0.5, np.nan], dtype=np.float32)}
-    ok, bad = processor.postprocess(outputs, 2)
+    ok, bad = processor.postprocess(outputs, [[1], [2]])
     assert ok["label"] == "error"
     assert isinstance(bad, InvalidMessage)
     assert bad.reason is Reason.INVALID_OUTPUT
@@ -363,7 +366,7 @@ def test_text_processor_needs_an_input_ids_input(tokenizer_path):
 
 def test_text_sample_is_a_valid_item(tokenizer_path):
     processor = TextProcessor(text_info(tokenizer_path))
-    assert processor.preprocess([processor.sample()])["input_ids"].shape[0] == 1
+    assert processor.preprocess(processor.prepare([processor.sample()]))["input_ids"].shape[0] == 1
 
 
 # -- load_processor -------------------------------------------------------------------------------------
@@ -381,8 +384,8 @@ class EchoProcessor:
     def preprocess(self, items):
         return {"x": np.array([len(i) for i in items])}
 
-    def postprocess(self, outputs, count):
-        return [{"n": int(v)} for v in outputs["x"][:count]]
+    def postprocess(self, outputs, items):
+        return [{"n": int(v)} for v in outputs["x"][: len(items)]]
 
     def sample(self) -> bytes:
         return b"x"
@@ -423,7 +426,7 @@ def test_load_a_users_own_class(features_info):
     processor = load_processor(spec_of(EchoProcessor), info)
     assert isinstance(processor, EchoProcessor)
     assert processor.info is info
-    assert processor.postprocess(processor.preprocess([b"abc"]), 1) == [{"n": 3}]
+    assert processor.postprocess(processor.preprocess([b"abc"]), [b"abc"]) == [{"n": 3}]
 
 
 def test_load_a_class_by_a_literal_module_path(features_info):

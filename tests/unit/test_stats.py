@@ -73,3 +73,25 @@ def test_zero_length_window_does_not_divide_by_zero(clock):
     stats.events_in = 5
     snap = stats.snapshot()
     assert snap["events_per_s"] >= 0
+
+
+def test_padding_efficiency_is_real_over_padded_cost_and_totals_survive_snapshots(clock):
+    stats = Stats(clock)
+    stats.batch(4, np.full(4, 1.0), padding=(30, 40))
+    stats.batch(2, np.full(2, 1.0), padding=(10, 20))
+    stats.events_in = 6
+    assert stats.snapshot()["padding_efficiency"] == pytest.approx(40 / 60, abs=1e-3)
+    stats.batch(2, np.full(2, 1.0), padding=(20, 20))
+    stats.snapshot()
+    totals = stats.summary()
+    assert totals["batches"] == 3
+    assert totals["events_in"] == 6
+    assert totals["mean_batch_size"] == pytest.approx(8 / 3, abs=0.01)
+    assert totals["padding_efficiency"] == pytest.approx(60 / 80, abs=1e-3)
+
+
+def test_padding_efficiency_is_none_without_costs(clock):
+    stats = Stats(clock)
+    stats.batch(4, np.full(4, 1.0))
+    assert stats.snapshot()["padding_efficiency"] is None
+    assert stats.summary()["padding_efficiency"] is None

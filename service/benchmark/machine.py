@@ -1,0 +1,69 @@
+"""A description of the machine and software a benchmark ran on, for the results file."""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+POM = Path(__file__).resolve().parents[2] / "deploy" / "kafka-local" / "pom.xml"
+
+
+def describe() -> dict[str, Any]:
+    """CPU model, cores, memory, OS, Python, client libraries, ONNX Runtime, the local broker's version,
+    and the load average when the run started (other work on the machine skews every figure)."""
+    import confluent_kafka
+    import onnxruntime
+
+    return {
+        "cpu_model": cpu_model(),
+        "cores": os.cpu_count(),
+        "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
+        "os": platform.platform(),
+        "python": platform.python_version(),
+        "confluent_kafka": _version(confluent_kafka.version()),
+        "librdkafka": confluent_kafka.libversion()[0],
+        "onnxruntime": onnxruntime.__version__,
+        "onnxruntime_providers": onnxruntime.get_available_providers(),
+        "kafka_broker": broker_version(POM),
+        "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
+def _version(value: str | tuple) -> str:
+    """confluent-kafka's ``version()`` is a (string, int) pair in some releases and a string in others."""
+    return value[0] if isinstance(value, tuple) else value
+
+
+def cpu_model() -> str | None:
+    """From ``lscpu``, else /proc/cpuinfo, else what Python's platform module knows."""
+    try:
+        out = subprocess.run(
+            ["lscpu"], capture_output=True, text=True, timeout=10, env={"LC_ALL": "C"}, check=False
+        ).stdout
+        match = re.search(r"^Model name:\s*(.+)$", out, re.MULTILINE)
+        if match:
+            return match.group(1).strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    try:
+        match = re.search(r"^model name\s*:\s*(.+)$", Path("/proc/cpuinfo").read_text(), re.MULTILINE)
+        if match:
+            return match.group(1).strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
+def broker_version(pom: Path) -> str | None:
+    """The Apache Kafka version the local broker is built from (``kafka.version`` in its pom)."""
+    try:
+        match = re.search(r"<kafka\.version>([^<]+)</kafka\.version>", pom.read_text())
+    except OSError:
+        return None
+    return match.group(1).strip() if match else None

@@ -1,0 +1,115 @@
+"""``microbatch bench --quick`` end to end on the real broker: every system runs, nothing is lost, and the
+results file holds every figure and ratio. Speed is never asserted: the quick figures mean nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from confluent_kafka.admin import AdminClient
+
+from service.benchmark.scenarios import SCENARIOS
+
+BENCH_TIMEOUT_S = 240
+
+
+def bench_topics(admin: AdminClient) -> set[str]:
+    return {t for t in admin.list_topics(timeout=10).topics if t.startswith("bench.")}
+
+
+@pytest.fixture(scope="module")
+def quick_run(kafka_bootstrap, tmp_path_factory):
+    """One quick run of both scenarios, shared by the tests of this module."""
+    tmp = tmp_path_factory.mktemp("bench")
+    out = tmp / "bench-quick.json"
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    before = bench_topics(admin)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MICROBATCH_")}
+    command = [sys.executable, "-m", "service", "bench", "--quick", "--scenario", "all"]
+    command += ["--bootstrap", kafka_bootstrap, "--out", str(out), "--log-dir", str(tmp / "logs")]
+    proc = subprocess.run(
+        command,
+        env=env,
+        cwd=tmp,
+        capture_output=True,
+        text=True,
+        timeout=BENCH_TIMEOUT_S,
+        check=False,
+    )
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stderr[-4000:]}"
+    return json.loads(out.read_text()), proc.stdout, bench_topics(admin) - before
+
+
+def kafka_systems(result):
+    for key, scenario in result["scenarios"].items():
+        for system in SCENARIOS[key].systems:
+            if system.kafka:
+                yield key, system.name, scenario["systems"][system.name]
+
+
+def test_every_scenario_and_system_is_present(quick_run):
+    result, _stdout, _left = quick_run
+    assert set(result["scenarios"]) == {"A", "B"}
+    for key, scenario in result["scenarios"].items():
+        assert set(scenario["systems"]) == {s.name for s in SCENARIOS[key].systems}
+    assert result["run"]["incomplete"] == []
+
+
+def test_every_input_has_an_output_in_every_kafka_run(quick_run):
+    result, _stdout, _left = quick_run
+    for key, name, system in kafka_systems(result):
+        for phase in ("throughput", "latency"):
+            figures = system[phase]
+            where = f"{key}/{name}/{phase}"
+            assert figures["complete"], where
+            assert figures["outputs"] == figures["inputs"] > 0, where
+            assert figures["dead_letters"] == 0, where
+            assert figures["exit_code"] == 0, where
+
+
+def test_figures_are_measured_and_latencies_are_not_negative(quick_run):
+    result, _stdout, _left = quick_run
+    for key, name, system in kafka_systems(result):
+        where = f"{key}/{name}"
+        assert system["throughput"]["events_per_s"] > 0, where
+        assert system["throughput"]["peak_rss_mib"] > 0, where
+        latency = system["latency"]
+        assert latency["measured"] > 0, where
+        assert 0 <= latency["min_ms"] <= latency["p50_ms"] <= latency["p95_ms"] <= latency["p99_ms"], where
+    assert result["scenarios"]["A"]["systems"]["service"]["throughput"]["mean_batch_size"] >= 1
+    for key, scenario in result["scenarios"].items():
+        for system in SCENARIOS[key].systems:
+            if not system.kafka:
+                figures = scenario["systems"][system.name]["throughput"]
+                assert figures["complete"] and figures["events_per_s"] > 0, f"{key}/{system.name}"
+
+
+def test_ratios_and_targets_are_computed(quick_run):
+    result, _stdout, _left = quick_run
+    for key, scenario in result["scenarios"].items():
+        assert scenario["batch_inference_ms"] > 0, key
+        targets = scenario["targets"]
+        assert len(targets) == len(SCENARIOS[key].ratios) + 1
+        for target in targets:
+            assert target["value"] is not None, (key, target)
+            if target["threshold"] is not None:
+                assert isinstance(target["passed"], bool), (key, target)
+
+
+def test_results_describe_the_machine_and_the_settings(quick_run):
+    result, _stdout, _left = quick_run
+    machine = result["machine"]
+    for field in ("cpu_model", "cores", "memory_gib", "os", "python", "librdkafka", "onnxruntime"):
+        assert machine[field], field
+    assert result["settings"]["batch"]["max_size"] >= 1
+    assert result["run"]["quick"] is True
+
+
+def test_tables_are_printed_and_no_topic_is_left_behind(quick_run):
+    _result, stdout, left = quick_run
+    assert "| system | events/s |" in stdout
+    assert "| ratio or target |" in stdout
+    assert left == set()

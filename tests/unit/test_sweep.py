@@ -1,0 +1,310 @@
+"""``microbatch sweep`` run in-process on the reference models, plus its parts that need no model.
+
+Timings are never asserted (machines are noisy): only the report's structure and invariants.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import structlog
+
+from service import logs, sweep
+from service.cli import main
+from service.plot import plot_sweep
+from service.reference import MODELS_DIR
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(autouse=True)
+def uncached_loggers(monkeypatch):
+    """``main`` configures structlog to cache every logger on first use, bound to the stderr of that moment:
+    here capsys's, closed after the test, and module-level loggers outlive tests. So loggers stay uncached
+    during these tests, and the configuration is restored after each."""
+    saved = structlog.get_config()
+    configure = logs.configure
+
+    def configure_uncached(settings) -> None:
+        configure(settings)
+        structlog.configure(cache_logger_on_first_use=False)
+
+    monkeypatch.setattr(logs, "configure", configure_uncached)
+    yield
+    structlog.configure(**saved)
+
+
+def run_sweep(out: Path, *flags: str) -> int:
+    return main(["sweep", *flags, "--out", str(out)])
+
+
+def load_report(out: Path, model: str) -> dict:
+    return json.loads((out / f"sweep-{model}.json").read_text())
+
+
+def check_report_invariants(report: dict, sizes: list[int]) -> None:
+    rows = report["rows"]
+    measured = [r["size"] for r in rows]
+    assert measured == sizes[: len(measured)], "sizes run in increasing order, as a prefix of those asked"
+    assert measured == sorted(set(measured))
+    for row in rows:
+        assert row["items_per_s"] > 0
+        assert 0 < row["p50_ms"] <= row["p99_ms"]
+        assert row["batches"] >= sweep.MIN_BATCHES
+    assert report["knee"]["size"] in measured
+    rec = report["recommendation"]
+    assert rec["setting"] == "MICROBATCH_BATCH__MAX_SIZE"
+    assert rec["max_size"] in measured
+    assert rec["max_size"] <= report["knee"]["size"]
+    machine = report["machine"]
+    for key in ("cpu_count", "platform", "python", "onnxruntime", "provider"):
+        assert machine[key], key
+    assert report["settings"]["sizes"] == sizes
+
+
+def test_sweep_of_the_metrics_model_writes_json_and_png(tmp_path, capsys):
+    rc = run_sweep(tmp_path, "--model", "metrics-anomaly", "--sizes", "1,2,4,8", "--seconds", "0.2")
+    assert rc == 0
+    report = load_report(tmp_path, "metrics-anomaly")
+    check_report_invariants(report, [1, 2, 4, 8])
+    assert report["stop"]["reason"] == "completed"
+    assert [r["size"] for r in report["rows"]] == [1, 2, 4, 8]
+    assert "metrics events" in report["settings"]["inputs"]
+    assert report["model"] == {"name": "metrics-anomaly", "version": "1", "file": "metrics-anomaly.onnx"}
+    assert (tmp_path / "sweep-metrics-anomaly.png").read_bytes()[:8] == PNG_MAGIC
+    printed = capsys.readouterr().out
+    assert f"MICROBATCH_BATCH__MAX_SIZE={report['recommendation']['max_size']}" in printed
+
+
+def test_sweep_of_the_log_model_uses_generated_log_lines(tmp_path):
+    rc = run_sweep(
+        tmp_path, "--model", "log-classifier", "--sizes", "4,1,2", "--seconds", "0.1", "--providers", "cpu"
+    )
+    assert rc == 0
+    report = load_report(tmp_path, "log-classifier")
+    check_report_invariants(report, [1, 2, 4])
+    assert "log events" in report["settings"]["inputs"]
+    assert report["machine"]["provider"] == "CPUExecutionProvider"
+    assert report["machine"]["gpu"] is None
+    assert (tmp_path / "sweep-log-classifier.png").read_bytes()[:8] == PNG_MAGIC
+
+
+def test_a_model_path_runs_on_its_processor_sample_without_a_plot(tmp_path):
+    path = MODELS_DIR / "metrics-anomaly.onnx"
+    rc = run_sweep(tmp_path, "--model", str(path), "--sizes", "1,2", "--seconds", "0.05", "--no-plot")
+    assert rc == 0
+    report = load_report(tmp_path, "metrics-anomaly")  # the name comes from the model's metadata
+    assert "sample()" in report["settings"]["inputs"]
+    assert not list(tmp_path.glob("*.png"))
+
+
+def test_an_slo_no_size_meets_stops_at_once_with_no_recommendation(tmp_path, capsys):
+    rc = run_sweep(
+        tmp_path, "--model", "metrics-anomaly", "--sizes", "1,2,4", "--seconds", "0.05", "--slo-ms", "1e-9"
+    )
+    assert rc == 1
+    report = load_report(tmp_path, "metrics-anomaly")
+    assert [r["size"] for r in report["rows"]] == [1]  # measured, over the SLO, and the last one tried
+    assert report["rows"][0]["meets_slo"] is False
+    assert (report["stop"]["reason"], report["stop"]["size"]) == ("slo", 1)
+    assert report["recommendation"]["max_size"] is None
+    assert report["recommendation"]["slo_cap"] == 0
+    assert "no recommendation" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("sizes", ["1,two,4", "0,2", "", " , ", "1,70000", "-4"])
+def test_a_bad_sizes_value_exits_2_naming_the_flag(tmp_path, capsys, sizes):
+    rc = run_sweep(tmp_path, "--model", "metrics-anomaly", f"--sizes={sizes}")
+    assert rc == 2
+    assert "--sizes" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"), [("--seconds", "0"), ("--slo-ms", "-1"), ("--knee-gain", "0"), ("--knee-gain", "2")]
+)
+def test_bad_numbers_exit_2_naming_the_flag(tmp_path, capsys, flag, value):
+    rc = run_sweep(tmp_path, "--model", "metrics-anomaly", flag, value)
+    assert rc == 2
+    assert flag in capsys.readouterr().err
+
+
+def test_an_out_folder_that_is_a_file_exits_2_naming_the_flag(tmp_path, capsys):
+    (tmp_path / "taken").write_text("")
+    rc = run_sweep(tmp_path / "taken", "--model", "metrics-anomaly")
+    assert rc == 2
+    assert "--out" in capsys.readouterr().err
+
+
+def test_an_unknown_model_exits_2_naming_the_flag(tmp_path, capsys):
+    rc = run_sweep(tmp_path, "--model", "no-such-model")
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert "--model" in err
+    assert "metrics-anomaly" in err  # the choices are listed
+
+
+def test_an_unknown_provider_exits_2_naming_the_flag(tmp_path, capsys):
+    rc = run_sweep(tmp_path, "--model", "metrics-anomaly", "--providers", "QuantumExecutionProvider")
+    assert rc == 2
+    assert "--providers" in capsys.readouterr().err
+
+
+def test_importing_the_module_stays_light():
+    # The CLI imports service.sweep to build its parser for every command, `run` included.
+    heavy = ("numpy", "onnxruntime", "matplotlib", "tqdm", "pynvml")
+    code = f"import sys, service.sweep; print(sorted(m for m in {heavy!r} if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+# -- the measuring loop, with fakes ---------------------------------------------------------------------
+
+
+class ListProcessor:
+    """Items are ints; the 'tensor' is the list itself."""
+
+    def preprocess(self, items):
+        return {"x": list(items)}
+
+    def postprocess(self, outputs, items):
+        return [{} for _ in items]
+
+    def sample(self):
+        return 0
+
+
+class FailingEngine:
+    """Runs batches below ``fail_at`` items; raises ``message`` from there on."""
+
+    def __init__(self, fail_at: int, message: str) -> None:
+        self.fail_at, self.message = fail_at, message
+
+    def run(self, feeds):
+        if len(feeds["x"]) >= self.fail_at:
+            raise RuntimeError(self.message)
+        return {"y": feeds["x"]}
+
+
+def test_out_of_memory_stops_the_sweep_and_keeps_the_sizes_before_it():
+    engine = FailingEngine(8, "Failed to allocate memory for requested buffer of size 123456")
+    rows, stop = sweep.sweep_sizes(engine, ListProcessor(), [0], [1, 2, 4, 8, 16], 0.001, None, None)
+    assert [r["size"] for r in rows] == [1, 2, 4]
+    assert (stop["reason"], stop["size"]) == ("oom", 8)
+    assert "Failed to allocate" in stop["detail"]
+
+
+def test_another_error_stops_the_sweep_as_an_error():
+    engine = FailingEngine(2, "Got invalid dimensions for input: x")
+    rows, stop = sweep.sweep_sizes(engine, ListProcessor(), [0], [1, 2, 4], 0.001, None, None)
+    assert [r["size"] for r in rows] == [1]
+    assert (stop["reason"], stop["size"]) == ("error", 2)
+
+
+def test_prepare_runs_before_preprocess_when_the_processor_has_it():
+    class Preparing(ListProcessor):
+        def prepare(self, items):
+            return [item + 100 for item in items]
+
+        def preprocess(self, items):
+            assert all(item >= 100 for item in items)
+            return super().preprocess(items)
+
+    sweep.run_batch(FailingEngine(10**6, ""), Preparing(), [1, 2, 3])
+
+
+def test_batches_cycle_through_the_pool_in_order():
+    source = sweep.batches([1, 2, 3], 2)
+    assert [next(source) for _ in range(4)] == [[1, 2], [3, 1], [2, 3], [1, 2]]
+    assert next(sweep.batches([7], 3)) == [7, 7, 7]
+
+
+# -- device memory (no GPU needed) ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("visible", "device"),
+    [
+        (None, 0),
+        ("", 0),
+        ("2", 2),
+        ("3,1", 3),
+        ("GPU-8f6e1c2a-aaaa", "GPU-8f6e1c2a-aaaa"),
+        ("MIG-1", "MIG-1"),
+    ],
+)
+def test_the_nvml_device_follows_cuda_visible_devices(visible, device):
+    assert sweep.nvml_device(visible) == device
+
+
+def fake_nvml(*, fail: bool = False) -> SimpleNamespace:
+    class NVMLError(Exception):
+        pass
+
+    def init():
+        if fail:
+            raise NVMLError("NVML Shared Library Not Found")
+
+    calls = []
+    memory = SimpleNamespace(total=100 * 2**30, used=30 * 2**30)
+    return SimpleNamespace(
+        NVMLError=NVMLError,
+        nvmlInit=init,
+        nvmlShutdown=lambda: calls.append("shutdown"),
+        nvmlDeviceGetHandleByIndex=lambda i: ("index", i),
+        nvmlDeviceGetHandleByUUID=lambda u: ("uuid", u),
+        nvmlDeviceGetMemoryInfo=lambda handle: memory,
+        nvmlDeviceGetName=lambda handle: "Test GPU",
+        nvmlSystemGetDriverVersion=lambda: "999.1",
+        calls=calls,
+    )
+
+
+def test_device_memory_is_read_only_for_cuda(monkeypatch):
+    nvml = fake_nvml()
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    assert sweep.DeviceMemory.open("CPUExecutionProvider") is None
+    memory = sweep.DeviceMemory.open("CUDAExecutionProvider")
+    assert memory is not None
+    assert memory._handle == ("index", 1)
+    assert (memory.total, memory.used()) == (100 * 2**30, 30 * 2**30)
+    assert memory.describe() == {"name": "Test GPU", "memory_total_bytes": 100 * 2**30, "driver": "999.1"}
+    memory.close()
+    assert nvml.calls == ["shutdown"]
+
+
+def test_device_memory_without_nvml_is_only_a_warning(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", fake_nvml(fail=True))
+    assert sweep.DeviceMemory.open("CUDAExecutionProvider") is None
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # not installed: import raises ImportError
+    assert sweep.DeviceMemory.open("CUDAExecutionProvider") is None
+
+
+def test_the_plot_has_a_memory_panel_when_memory_was_measured(tmp_path):
+    rows = [
+        {"size": s, "items_per_s": 1000.0 * s**0.5, "p50_ms": 0.1 * s, "p99_ms": 0.2 * s, "batches": 9,
+         "mean_ms": 0.1 * s, "meets_slo": s <= 8, "device_memory_used_bytes": (20 + s) * 2**30}
+        for s in (1, 2, 4, 8, 16)
+    ]  # fmt: skip
+    report = {
+        "model": {"name": "m", "version": "1", "file": "m.onnx"},
+        "machine": {
+            "provider": "CUDAExecutionProvider",
+            "onnxruntime": "1.0",
+            "cpu": "cpu",
+            "cpus_usable": 2,
+            "gpu": {"name": "Test GPU", "memory_total_bytes": 40 * 2**30, "driver": "1"},
+        },
+        "settings": {"slo_ms": 2.0, "memory_fraction": 0.7, "seconds": 1.0, "intra_op_threads": 0},
+        "rows": rows,
+        "knee": {"size": 16, "found": False},
+        "recommendation": {"max_size": 8, "slo_cap": 8, "memory_cap": 8},
+    }
+    plot_sweep(report, tmp_path / "gpu.png")
+    assert (tmp_path / "gpu.png").read_bytes()[:8] == PNG_MAGIC
