@@ -31,7 +31,7 @@ from service.stats import Stats
 _log = structlog.get_logger("microbatch.pipeline")
 
 _INFLIGHT_POLL_S = 0.001
-_LAG_REFRESH_S = 0.02
+_LAG_REFRESH_S = 0.1  # reading it takes the client's partition locks: not per batch
 
 
 class Pipeline:
@@ -72,6 +72,7 @@ class Pipeline:
             else FixedBatchSize(batch.max_size)
         )
         self._cost: Callable[[Any], int] | None = getattr(processor, "cost", None)
+        self._prepare: Callable[[list[Any]], list[Any]] | None = getattr(processor, "prepare", None)
         self._batcher: Batcher[Decoded] = Batcher(
             self._sizer.target,
             batch.max_wait_ms / 1000,
@@ -147,32 +148,33 @@ class Pipeline:
         if not records:
             return
         decoded = []
-        parse, limit = self._processor.parse, self._settings.input.max_value_bytes
-        for record in records:
-            self._track(record)
+        parse, limit, track = self._processor.parse, self._settings.input.max_value_bytes, self._tracker.track
+        for record in records:  # per message: keep it lean
+            try:
+                track((record.topic, record.partition), record.offset)
+            except OffsetOrderError:
+                self._rewound(record)
             outcome = decode(record, parse, limit)
             if isinstance(outcome, Rejection):
                 self._reject(outcome)
             else:
                 decoded.append(outcome)
         self.stats.events_in += len(records)
-        kept, rejected = prepare_all(decoded, lambda items: prepare(self._processor, items))
-        for rejection in rejected:
-            self._reject(rejection)
-        for item in kept:
+        if self._prepare is not None:
+            decoded, rejected = prepare_all(decoded, self._prepare)
+            for rejection in rejected:
+                self._reject(rejection)
+        for item in decoded:
             self._batcher.add(item, item.record.received)
 
-    def _track(self, record: InputRecord) -> None:
-        try:
-            self._tracker.track(record.tp, record.offset)
-        except OffsetOrderError:
-            # The partition was rewound without a rebalance (offset reset, log truncation): start its
-            # bookkeeping afresh; whatever is re-read is processed again (duplicates, never a loss).
-            _log.warning(
-                "partition_rewound", partition=f"{record.topic}[{record.partition}]", offset=record.offset
-            )
-            self._tracker.forget([record.tp])
-            self._tracker.track(record.tp, record.offset)
+    def _rewound(self, record: InputRecord) -> None:
+        """The partition was rewound without a rebalance (offset reset, log truncation): start its
+        bookkeeping afresh; whatever is re-read is processed again (duplicates, never a loss)."""
+        _log.warning(
+            "partition_rewound", partition=f"{record.topic}[{record.partition}]", offset=record.offset
+        )
+        self._tracker.forget([record.tp])
+        self._tracker.track(record.tp, record.offset)
 
     # -- inference ------------------------------------------------------------------------------------
 
@@ -228,27 +230,26 @@ class Pipeline:
         """Queue one output per input, in input order; then let the batch size adapt."""
         produced_ms = self._wall_ms()
         now = self._clock()
-        topic = self._settings.output.topic
+        topic, model, size, send = self._settings.output.topic, self._model, len(batch), self._sink.send
         event_ms = []
-        for item, result in answers:
+        for item, result in answers:  # per message: keep it lean
             record = item.record
             if isinstance(result, InvalidMessage):
                 self._reject(Rejection(record, result.reason, result.detail))
                 continue
             consumed_ms = produced_ms - int((now - record.received) * 1000)
             try:
-                out = result_record(record, topic, self._model, result, len(batch), consumed_ms, produced_ms)
+                send(result_record(record, topic, model, result, size, consumed_ms, produced_ms))
             except (TypeError, ValueError) as exc:  # a processor returned something JSON cannot hold
                 self._reject(Rejection(record, Reason.INVALID_OUTPUT, f"result not encodable: {exc}"))
                 continue
-            self._sink.send(out)
             event_ms.append(record.timestamp_ms or consumed_ms)
         self.stats.results_out += len(event_ms)
         self.stats.batch(len(batch), produced_ms - np.asarray(event_ms, dtype=np.float64), padding)
         self._batcher.max_size = self._sizer.observe(len(batch), service_s, self._backlog()).target
 
     def _backlog(self) -> int:
-        """Messages waiting: consumed but not batched, plus the consumer lag (refreshed every 20 ms)."""
+        """Messages waiting: consumed but not batched, plus the consumer lag (refreshed every 100 ms)."""
         now = self._clock()
         if now - self._lag_at >= _LAG_REFRESH_S:
             self._lag, self._lag_at = self._source.lag(), now
@@ -306,8 +307,9 @@ class Pipeline:
     def _acknowledge(self, acked: list[InputRecord]) -> int:
         """Fold acknowledged deliveries into the watermarks and store whatever moved; send replacements
         for outputs the broker refused for good. Returns how many replacements were sent."""
+        done = self._tracker.done
         for record in acked:
-            self._tracker.done(record.tp, record.offset)
+            done((record.topic, record.partition), record.offset)
         offsets = self._tracker.take_committable()
         if offsets:
             self._source.store(offsets)

@@ -108,13 +108,15 @@ def rows_to_results(outputs: Tensors, count: int) -> list[ResultOrError]:
     for array in outputs.values():
         if array.dtype.kind == "f":
             bad |= ~np.isfinite(array.reshape(count, -1)).all(axis=1)
-    columns = {name: array.tolist() for name, array in outputs.items()}
-    results: list[ResultOrError] = []
-    for i in range(count):
-        if bad[i]:
-            results.append(InvalidMessage(Reason.INVALID_OUTPUT, "model returned NaN or infinity"))
-        else:
-            results.append({name: column[i] for name, column in columns.items()})
+    names = list(outputs)
+    # Per item: one dict from the row's values (tolist() converts every column to Python at once).
+    results: list[ResultOrError] = [
+        dict(zip(names, row, strict=True))
+        for row in zip(*(a.tolist() for a in outputs.values()), strict=True)
+    ]
+    if bad.any():
+        for i in np.flatnonzero(bad).tolist():
+            results[i] = InvalidMessage(Reason.INVALID_OUTPUT, "model returned NaN or infinity")
     return results
 
 
