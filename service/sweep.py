@@ -453,10 +453,12 @@ def machine_info(provider: str, memory: DeviceMemory | None) -> dict:
     import numpy
     import onnxruntime
 
+    from service.benchmark.machine import cpu_model
+
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return {
         "platform": platform.platform(),
-        "cpu": _cpu_model(),
+        "cpu": cpu_model(),
         "cpu_count": os.cpu_count(),
         "cpus_usable": usable,
         "python": platform.python_version(),
@@ -465,20 +467,6 @@ def machine_info(provider: str, memory: DeviceMemory | None) -> dict:
         "provider": provider,
         "gpu": memory.describe() if memory is not None else None,
     }
-
-
-def _cpu_model() -> str:
-    """The CPU's marketing name (Linux: /proc/cpuinfo), else whatever the platform module knows."""
-    import platform
-    from pathlib import Path
-
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def format_report(report: dict) -> str:
