@@ -1,4 +1,4 @@
-"""The adaptive batch size: AIMD within [min_size, max_size], driven by backlog and batch service time.
+"""The adaptive batch size: AIMD within [min_size, max_size], driven by service time, load and backlog.
 
 Pure (no clock, no I/O): the pipeline reports every finished batch and reads back the target. The rules,
 applied per batch, in order:
@@ -7,13 +7,16 @@ applied per batch, in order:
    post-process) exceeded the budget halves the target. The budget is what the latency SLO leaves for
    one batch: a result waits at most ``max_wait`` to be batched, then for the batch ahead of it and its
    own, so ``budget = (slo - max_wait) / 2``.
-2. **Backlog -> additive increase.** A full batch while at least another full batch is waiting (consumer
-   lag, counted by the caller) means demand exceeds what batches of this size serve: grow by one.
-3. **No backlog -> additive decrease.** With nothing waiting, a smaller target cuts batches sooner, which
-   is lower latency at no throughput cost: shrink by one.
+2. **Backlog or busy -> additive increase.** Grow by one after a full batch while at least another full
+   batch is waiting (consumer lag, counted by the caller): demand exceeds what batches of this size
+   serve. Grow too while the loop is busy more than ``busy_high`` of the time, before a backlog forms:
+   every batch has a fixed cost, so small batches at a high load are what makes a queue.
+3. **Idle -> additive decrease.** With nothing waiting and the loop busy less than ``busy_low`` of the
+   time, shrink by one: a smaller target cuts batches sooner, which is lower latency at no throughput cost.
 
-Under steady load the target settles where batches just keep up (it oscillates by one around that size,
-as AIMD does); a burst grows it one step per batch, up to ``max_size``; a slow batch halves it at once.
+"Busy" is the share of wall time spent serving batches (a moving average the caller measures). Under
+steady load the target settles where batches keep up with room to spare (it oscillates by one around
+that size, as AIMD does); a burst grows it one step per batch, up to ``max_size``; a slow batch halves it.
 """
 
 from __future__ import annotations
@@ -27,14 +30,21 @@ class Decision:
     """What one observation did: the new target and the rule that set it (for logs and tests)."""
 
     target: int
-    rule: str  # "over_budget" | "backlog" | "idle" | "steady"
+    rule: str  # "over_budget" | "backlog" | "busy" | "idle" | "steady" | "fixed"
 
 
 class BatchSizeController:
     """AIMD on the target batch size. Not thread-safe: the pipeline loop owns it."""
 
     def __init__(
-        self, min_size: int, max_size: int, slo_s: float, max_wait_s: float, start: int | None = None
+        self,
+        min_size: int,
+        max_size: int,
+        slo_s: float,
+        max_wait_s: float,
+        start: int | None = None,
+        busy_low: float = 0.5,
+        busy_high: float = 0.7,
     ) -> None:
         if not 1 <= min_size <= max_size:
             raise ValueError(f"need 1 <= min_size ({min_size}) <= max_size ({max_size})")
@@ -44,22 +54,28 @@ class BatchSizeController:
         self.max_size = max_size
         self.budget_s = (slo_s - max_wait_s) / 2
         self.target = min(max(start if start is not None else min_size, min_size), max_size)
+        self.busy_low, self.busy_high = busy_low, busy_high
 
-    def observe(self, size: int, service_s: float, backlog: int) -> Decision:
+    def observe(self, size: int, service_s: float, backlog: int, busy: float = 0.0) -> Decision:
         """Fold in one finished batch of ``size`` items that took ``service_s`` seconds, with ``backlog``
-        messages waiting behind it; return the new target."""
+        messages waiting behind it and the loop ``busy`` (0..1) of the time; return the new target."""
         if service_s > self.budget_s:
             self.target = max(self.min_size, math.floor(self.target / 2))
             return Decision(self.target, "over_budget")
         if size >= self.target and backlog >= self.target:
-            if self.target < self.max_size:
-                self.target += 1
-            return Decision(self.target, "backlog")
-        if backlog == 0:
+            return self._grow("backlog")
+        if busy > self.busy_high:
+            return self._grow("busy")
+        if backlog == 0 and busy < self.busy_low:
             if self.target > self.min_size:
                 self.target -= 1
             return Decision(self.target, "idle")
         return Decision(self.target, "steady")
+
+    def _grow(self, rule: str) -> Decision:
+        if self.target < self.max_size:
+            self.target += 1
+        return Decision(self.target, rule)
 
 
 class FixedBatchSize:
@@ -68,5 +84,24 @@ class FixedBatchSize:
     def __init__(self, max_size: int) -> None:
         self.target = max_size
 
-    def observe(self, size: int, service_s: float, backlog: int) -> Decision:
+    def observe(self, size: int, service_s: float, backlog: int, busy: float = 0.0) -> Decision:
         return Decision(self.target, "fixed")
+
+
+class BusyShare:
+    """The share of wall time spent serving batches: a moving average of each batch's service time over
+    the time since the previous batch finished (capped at 1). Pure: the caller passes the clock reading."""
+
+    def __init__(self, weight: float = 0.2) -> None:
+        self.share = 0.0
+        self._last: float | None = None
+        self._weight = weight
+
+    def observe(self, service_s: float, now: float) -> float:
+        """Fold in a batch that finished at ``now`` after ``service_s`` seconds of work; return the share."""
+        if self._last is not None:
+            interval = now - self._last
+            sample = 1.0 if interval <= service_s else service_s / interval
+            self.share += self._weight * (sample - self.share)
+        self._last = now
+        return self.share

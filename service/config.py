@@ -215,7 +215,7 @@ class BatchSettings(_Section):
     max_tokens: int = Field(8192, ge=0, le=16_777_216)
     """Cost cap per batch for processors that report a cost (text: count x longest item, in tokens); 0 =
     no cap. One item larger than the cap still runs, alone."""
-    bucket_window: int = Field(64, ge=0, le=65_536)
+    bucket_window: int = Field(256, ge=0, le=65_536)
     """For processors that report a cost: choose each batch among up to this many waiting messages, by
     similar cost (length), to cut padding. 0 keeps arrival order. Results of one partition may then come
     out of offset order (commits do not: see README)."""

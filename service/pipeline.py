@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import structlog
 
-from service.adaptive import BatchSizeController, FixedBatchSize
+from service.adaptive import BatchSizeController, BusyShare, FixedBatchSize
 from service.batcher import Batcher
 from service.config import Settings
 from service.decode import decode, prepare_all
@@ -87,6 +87,7 @@ class Pipeline:
         self._depth = max(1, batch.pipeline_depth)
         self._inflight: deque[InFlight] = deque()
         self._lag, self._lag_at = 0, float("-inf")
+        self._busy = BusyShare()
         self._tracker = OffsetTracker()
         self.stats = Stats(clock)
         self._running = True
@@ -246,7 +247,8 @@ class Pipeline:
             event_ms.append(record.timestamp_ms or consumed_ms)
         self.stats.results_out += len(event_ms)
         self.stats.batch(len(batch), produced_ms - np.asarray(event_ms, dtype=np.float64), padding)
-        self._batcher.max_size = self._sizer.observe(len(batch), service_s, self._backlog()).target
+        busy = self._busy.observe(service_s, now)
+        self._batcher.max_size = self._sizer.observe(len(batch), service_s, self._backlog(), busy).target
 
     def _backlog(self) -> int:
         """Messages waiting: consumed but not batched, plus the consumer lag (refreshed every 100 ms)."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from service.adaptive import BatchSizeController, FixedBatchSize
+from service.adaptive import BatchSizeController, BusyShare, FixedBatchSize
 
 SLO, WAIT = 0.25, 0.05  # budget per batch = (0.25 - 0.05) / 2 = 0.1 s
 FAST, SLOW = 0.01, 0.2
@@ -92,3 +92,31 @@ def test_fixed_size_never_moves():
     sizer = FixedBatchSize(16)
     for backlog, service in ((0, FAST), (10_000, FAST), (10_000, SLOW)):
         assert sizer.observe(3, service, backlog).target == 16
+
+
+def test_a_busy_loop_grows_the_target_before_a_backlog_forms():
+    sizer = make(start=4)
+    decision = sizer.observe(size=3, service_s=FAST, backlog=0, busy=0.9)
+    assert (decision.target, decision.rule) == (5, "busy")
+
+
+def test_idle_shrinking_waits_until_the_loop_is_mostly_idle():
+    sizer = make(start=8)
+    assert sizer.observe(3, FAST, backlog=0, busy=0.6).rule == "steady"  # between the thresholds: hold
+    assert sizer.observe(3, FAST, backlog=0, busy=0.2).target == 7
+
+
+def test_busy_share_is_service_time_over_wall_time():
+    share = BusyShare(weight=1.0)  # no smoothing: each reading is the last batch's share
+    assert share.observe(0.01, now=100.0) == 0.0  # nothing to compare with yet
+    assert share.observe(0.01, now=100.04) == pytest.approx(0.25)
+    assert share.observe(0.05, now=100.08) == 1.0  # back to back, or overlapping: fully busy
+
+
+def test_busy_share_is_smoothed():
+    share = BusyShare(weight=0.5)
+    share.observe(0.0, now=0.0)
+    readings = [share.observe(0.01, now=0.02 * k) for k in range(1, 6)]
+    assert readings[0] == pytest.approx(0.25)
+    assert readings == sorted(readings)
+    assert readings[-1] == pytest.approx(0.5, abs=0.02)
