@@ -104,12 +104,18 @@ def peak_rss_mib(samples: Sequence[Sample], high_water_bytes: int | None = None)
 def padding_efficiency(log_lines: Iterable[dict]) -> float | None:
     """Real tokens / padded tokens as the service reports it in its ``stats`` and ``stopped`` log lines.
 
-    Windows are weighted by their ``events_per_s`` when present (the stats windows are of equal length, so
+    Exact when the ``stopped`` line carries the run's ``totals`` (token counts over the whole run). Else the
+    windows are weighted by their ``events_per_s`` when present (the stats windows are of equal length, so
     that is weighting by events). None when no line carries ``padding_efficiency`` (a model without padding,
     or a service version that does not report it).
     """
+    lines = list(log_lines)
+    for line in lines:
+        totals = line.get("totals") if line.get("event") == "stopped" else None
+        if isinstance(totals, dict) and totals.get("padding_efficiency") is not None:
+            return round(float(totals["padding_efficiency"]), 4)
     pairs = []
-    for line in log_lines:
+    for line in lines:
         if line.get("event") not in {"stats", "stopped"}:
             continue
         value = line.get("padding_efficiency")

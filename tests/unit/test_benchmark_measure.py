@@ -121,3 +121,19 @@ def test_tensor_padding_efficiency_counts_real_tokens_over_padded_ones():
     masks = [np.array([[1, 1, 0, 0], [1, 1, 1, 1]]), np.array([[1, 0]])]
     assert tensor_padding_efficiency(masks) == round(7 / 10, 4)
     assert tensor_padding_efficiency([]) is None
+
+
+def test_padding_efficiency_prefers_the_exact_totals_of_the_stopped_line():
+    lines = [
+        {"event": "stats", "padding_efficiency": 0.5, "events_per_s": 100.0},
+        {"event": "stopped", "padding_efficiency": 0.9, "totals": {"padding_efficiency": 0.61}},
+    ]
+    assert padding_efficiency(lines) == 0.61
+
+
+def test_padding_efficiency_falls_back_to_windows_when_totals_have_none():
+    lines = [
+        {"event": "stats", "padding_efficiency": 0.5, "events_per_s": 100.0},
+        {"event": "stopped", "padding_efficiency": None, "totals": {"padding_efficiency": None}},
+    ]
+    assert padding_efficiency(lines) == 0.5
