@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
@@ -84,22 +84,17 @@ class Batcher(Generic[T]):
         """Remove and return the next batch (in arrival order): at most ``max_size`` items and, with a
         cost cap, at most ``max_cost`` padded; always at least the oldest item. Items left keep their own
         arrival times, so the next batch's deadline runs from ITS oldest item."""
-        if not self._items:
-            return []
-        if self._window > 1:
-            return self._take_bucket()
-        count, longest = 0, 0
-        for _arrived, cost, _item in self._items:
-            longest = max(longest, cost)
-            if count >= self.max_size or (count and self._over(count + 1, longest)):
-                break
-            count += 1
-        return [self._items.popleft()[2] for _ in range(count)]
+        return [entry[2] for entry in self._cut()]
 
-    def drain(self) -> Iterable[list[T]]:
-        """Yield every waiting item in batches, due or not (for shutdown)."""
-        while self._items:
-            yield self.take()
+    def take_padded(self) -> tuple[list[T], tuple[int, int] | None]:
+        """:meth:`take`, plus the batch's (real, padded) cost when items have a cost: the sum of their
+        costs, and count x the costliest (what padding to the longest item makes of it); else None."""
+        entries = self._cut()
+        items = [entry[2] for entry in entries]
+        if self._cost is None or not entries:
+            return items, None
+        costs = [entry[1] for entry in entries]
+        return items, (sum(costs), len(costs) * max(costs))
 
     def discard(self, keep: Callable[[T], bool]) -> int:
         """Drop the items for which ``keep`` is false (e.g. of partitions just lost). Returns how many."""
@@ -119,7 +114,21 @@ class Batcher(Generic[T]):
         longest = max(entry[1] for entry in self._items)
         return self._over(len(self._items) + 1, longest)
 
-    def _take_bucket(self) -> list[T]:
+    def _cut(self) -> list[tuple[float, int, T]]:
+        """Remove the next batch's entries (see :meth:`take`)."""
+        if not self._items:
+            return []
+        if self._window > 1:
+            return self._take_bucket()
+        count, longest = 0, 0
+        for _arrived, cost, _item in self._items:
+            longest = max(longest, cost)
+            if count >= self.max_size or (count and self._over(count + 1, longest)):
+                break
+            count += 1
+        return [self._items.popleft() for _ in range(count)]
+
+    def _take_bucket(self) -> list[tuple[float, int, T]]:
         """The oldest item plus the waiting items nearest to it in cost, within the window and the caps."""
         pool = [self._items.popleft() for _ in range(min(len(self._items), max(self._window, self.max_size)))]
         anchor = pool[0][1]
@@ -136,4 +145,4 @@ class Batcher(Generic[T]):
             longest = max(longest, cost)
         # The rest go back to the front, in their order: they are the oldest still waiting.
         self._items.extendleft(reversed([entry for i, entry in enumerate(pool) if i not in chosen]))
-        return [entry[2] for i, entry in enumerate(pool) if i in chosen]
+        return [entry for i, entry in enumerate(pool) if i in chosen]

@@ -10,6 +10,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import wait
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -71,13 +72,13 @@ class Pipeline:
             if batch.adaptive
             else FixedBatchSize(batch.max_size)
         )
-        self._cost: Callable[[Any], int] | None = getattr(processor, "cost", None)
-        self._prepare: Callable[[list[Any]], list[Any]] | None = getattr(processor, "prepare", None)
+        cost: Callable[[Any], int] | None = getattr(processor, "cost", None)
+        self._has_prepare = hasattr(processor, "prepare")
         self._batcher: Batcher[Decoded] = Batcher(
             self._sizer.target,
             batch.max_wait_ms / 1000,
             clock,
-            cost=(lambda d: self._cost(d.item)) if self._cost else None,
+            cost=(lambda d: cost(d.item)) if cost else None,
             max_cost=batch.max_tokens,
             window=batch.bucket_window,
         )
@@ -161,8 +162,8 @@ class Pipeline:
             else:
                 decoded.append(outcome)
         self.stats.events_in += len(records)
-        if self._prepare is not None:
-            decoded, rejected = prepare_all(decoded, self._prepare)
+        if self._has_prepare:
+            decoded, rejected = prepare_all(decoded, partial(prepare, self._processor))
             for rejection in rejected:
                 self._reject(rejection)
         for item in decoded:
@@ -184,18 +185,18 @@ class Pipeline:
         MICROBATCH_BATCH__PIPELINE_DEPTH batches are in flight: to the inference thread, or inline when
         the model is so fast that a hand-off would cost more than the overlap saves (OffloadPolicy)."""
         while len(self._inflight) < self._depth and self._batcher.ready():
-            batch = self._batcher.take()
+            batch, padding = self._batcher.take_padded()
             start = self._clock()
             try:
                 feeds = self._processor.preprocess([d.item for d in batch])
             except Exception:
                 self._complete(None)  # keep results in batch order
-                self._emit(batch, list(self._infer(batch)), self._clock() - start, None)
+                self._emit(batch, list(self._infer(batch)), self._clock() - start, padding)
                 continue
             prep_s = self._clock() - start
             executor = self._executor if self._offload.offload else self._inline
             future = executor.submit(timed_run, self._engine, feeds, self._clock)
-            self._inflight.append(InFlight(batch, future, prep_s, self._padding(batch)))
+            self._inflight.append(InFlight(batch, future, prep_s, padding))
 
     def _complete(self, timeout_s: float | None) -> None:
         """Finish in-flight batches in hand-off order: post-process, produce, adapt the batch size. Waits
@@ -256,13 +257,6 @@ class Pipeline:
         if now - self._lag_at >= _LAG_REFRESH_S:
             self._lag, self._lag_at = self._source.lag(), now
         return self._lag + len(self._batcher)
-
-    def _padding(self, batch: list[Decoded]) -> tuple[int, int] | None:
-        """(real, padded) cost of a batch padded to its costliest item; None without a cost."""
-        if self._cost is None or not batch:
-            return None
-        costs = [self._cost(d.item) for d in batch]
-        return sum(costs), len(costs) * max(costs)
 
     def _infer(self, batch: Sequence[Decoded]) -> Iterator[tuple[Decoded, ResultOrError]]:
         """Yield (item, result) for every item, running the batch here (not on the engine thread)."""
@@ -370,9 +364,10 @@ class Pipeline:
         the worst case is a duplicate after restart, never a loss.
         """
         self._complete(None)
-        for batch in self._batcher.drain():
+        while len(self._batcher):
+            batch, padding = self._batcher.take_padded()
             start = self._clock()
-            self._emit(batch, list(self._infer(batch)), self._clock() - start, self._padding(batch))
+            self._emit(batch, list(self._infer(batch)), self._clock() - start, padding)
         timeout = self._settings.output.flush_timeout_s
         if self._acknowledge(self._sink.flush(timeout)):
             self._acknowledge(self._sink.flush(timeout))  # the replacements of refused records

@@ -76,7 +76,7 @@ class TextProcessor:
         return text
 
     def prepare(self, texts: Sequence[str]) -> list[list[int]]:
-        """Tokenize many lines at once (``encode_batch`` runs in parallel, outside the GIL)."""
+        """Tokenize many lines in one ``encode_batch`` call (Rust, outside the GIL)."""
         return [e.ids for e in self._tok.encode_batch(list(texts), add_special_tokens=True)]
 
     def cost(self, ids: list[int]) -> int:

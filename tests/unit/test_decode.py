@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import msgspec
 import pytest
 
 from service.decode import decode, prepare_all
 from service.errors import InvalidMessage, Reason
+from service.processors import prepare
 from service.processors.features import FeaturesProcessor
 from service.records import Decoded, Rejection
 
@@ -105,3 +108,15 @@ def test_a_prepare_failure_rejects_only_the_items_it_fails_on(make_record):
     assert rejected[0].record is group[1].record
     assert rejected[0].reason == Reason.INVALID_EVENT
     assert "cannot tokenize 2" in rejected[0].detail
+
+
+def test_a_prepare_that_loses_items_rejects_them_instead_of_raising(make_record):
+    class DropsOne:
+        def prepare(self, items: list) -> list:
+            return items[1:]
+
+    group = [Decoded(make_record(b"x", offset=n), n) for n in (1, 2, 3)]
+    kept, rejected = prepare_all(group, partial(prepare, DropsOne()))
+    assert kept == []
+    assert [r.record.offset for r in rejected] == [1, 2, 3]
+    assert all(r.reason == Reason.INVALID_EVENT for r in rejected)
