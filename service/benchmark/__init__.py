@@ -45,6 +45,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=0.5,
         help="latency run rate as a share of the system's own backlog-drain rate (0.5)",
     )
+    parser.add_argument(
+        "--latency-repeats",
+        type=int,
+        default=None,
+        help="latency runs of the service; the one with the median p99 is reported (3; --quick: 1)",
+    )
     parser.add_argument("--seed", type=int, default=1, help="seed of the generated events")
     parser.add_argument(
         "--out", type=Path, default=None, help="results file (default bench/results/bench-<UTC time>.json)"
@@ -67,6 +73,7 @@ def run(args: argparse.Namespace, settings) -> int:
         latency_s=_given(args.latency_seconds, _QUICK["latency_seconds"] if quick else 15.0),
         settle_s=_given(args.settle_seconds, _QUICK["settle_seconds"] if quick else 2.0),
         latency_load=args.latency_load,
+        latency_repeats=max(1, int(_given(args.latency_repeats, 1 if quick else 3))),
         seed=args.seed,
         out=args.out or RESULTS_DIR / f"bench-{stamp}.json",
         log_dir=args.log_dir,

@@ -6,8 +6,9 @@ returns None (not 0, not NaN) when there is too little data to say anything.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -64,6 +65,14 @@ def percentiles(values: Sequence[float] | np.ndarray, qs: Sequence[int] = PERCEN
     if array.size == 0:
         return {}
     return {f"p{q}_ms": round(float(v), 2) for q, v in zip(qs, np.percentile(array, qs), strict=True)}
+
+
+def median_run(runs: Sequence[Mapping[str, Any]], key: str = "p99_ms") -> Mapping[str, Any] | None:
+    """The run whose ``key`` is the median of those that have one (the lower middle of an even count);
+    None when none has. Repeated latency runs on a shared machine differ mostly in their tails, so one
+    run chosen this way is more telling than any single run."""
+    ranked = sorted((run for run in runs if run.get(key) is not None), key=lambda run: run[key])
+    return ranked[(len(ranked) - 1) // 2] if ranked else None
 
 
 def mean_batch_size(outputs: Iterable[Output]) -> float | None:

@@ -26,7 +26,9 @@ def render(result: Mapping[str, Any]) -> str:
     ratios with their targets."""
     parts = [_run_line(result)]
     for key, scenario in result.get("scenarios", {}).items():
-        parts += [_scenario_heading(key, scenario), _systems_table(scenario), _targets_table(scenario)]
+        parts += [_scenario_heading(key, scenario), _systems_table(scenario)]
+        parts += [line for line in [_repeats_line(scenario)] if line]
+        parts.append(_targets_table(scenario))
     return "\n\n".join(parts) + "\n"
 
 
@@ -53,9 +55,18 @@ def _run_line(result: Mapping[str, Any]) -> str:
 def _scenario_heading(key: str, scenario: Mapping[str, Any]) -> str:
     return (
         f"#### {key}. {scenario.get('title', '')}: `{scenario.get('model', '')}`\n\n"
-        f"Batch inference time at batch size {scenario.get('batch_size', NA)} (raw ONNX Runtime, median): "
-        f"{_num(scenario.get('batch_inference_ms'), '{:.2f}')} ms."
+        f"Batches of up to {scenario.get('batch_size', NA)} (`BATCH__MAX_SIZE`); batch inference time at "
+        f"that size (raw ONNX Runtime, median): {_num(scenario.get('batch_inference_ms'), '{:.2f}')} ms."
     )
+
+
+def _repeats_line(scenario: Mapping[str, Any]) -> str:
+    """Which of several latency runs of the service the table shows; empty for a single run."""
+    runs = ((scenario.get("systems") or {}).get("service") or {}).get("latency_p99_runs_ms") or []
+    if len(runs) < 2:
+        return ""
+    shown = ", ".join(_num(p99, "{:.1f}") for p99 in runs)
+    return f"The service's p99 in its {len(runs)} latency runs: {shown} ms; the table shows the median run."
 
 
 _SYSTEM_COLUMNS = (

@@ -64,6 +64,8 @@ class Options:
     """Seconds at the latency run's rate before measuring starts (new shapes, queues and batch sizes)."""
     latency_load: float
     """The latency run's rate as a share of the rate the same system drained its backlog at."""
+    latency_repeats: int
+    """Latency runs of the service (the figure with a target); the one with the median p99 is reported."""
     seed: int
     out: Path
     log_dir: Path
@@ -116,6 +118,7 @@ class Bench:
             "latency_seconds": self.options.latency_s,
             "settle_seconds": self.options.settle_s,
             "latency_load": self.options.latency_load,
+            "latency_repeats": self.options.latency_repeats,
             "seed": self.options.seed,
             "batch": batch.model_dump(),
             "intra_op_threads": self.settings.model.intra_op_threads,
@@ -140,8 +143,13 @@ class Bench:
                 )
                 rate = entry["throughput"].get("events_per_s")
                 usable = entry["throughput"]["complete"] and rate
-                load = self.options.latency_load
-                entry["latency"] = self.latency_phase(scenario, system, pool, rate * load) if usable else None
+                repeats = self.options.latency_repeats if system.name == SERVICE else 1
+                runs = [
+                    self.latency_phase(scenario, system, pool, rate * self.options.latency_load)
+                    for _ in range(repeats if usable else 0)
+                ]
+                entry["latency"] = measure.median_run(runs)
+                entry["latency_p99_runs_ms"] = [run.get("p99_ms") for run in runs]
             else:
                 entry["throughput"] = self.model_phase(scenario, system)
                 entry["latency"] = None
@@ -152,12 +160,18 @@ class Bench:
             "title": scenario.title,
             "model": scenario.model,
             "kind": scenario.kind,
-            "batch_size": self.settings.batch.max_size,
+            "batch_size": self.batch_size(scenario),
             "max_wait_ms": max_wait_ms,
             "batch_inference_ms": batch_ms,
             "systems": systems,
             "targets": evaluate(scenario.ratios, systems, max_wait_ms, batch_ms, self.options.latency_load),
         }
+
+    def batch_size(self, scenario: Scenario) -> int:
+        """The scenario's ``BATCH__MAX_SIZE``, unless the caller set one (``MICROBATCH_BATCH__MAX_SIZE``)."""
+        if scenario.max_batch_size and "max_size" not in self.settings.batch.model_fields_set:
+            return scenario.max_batch_size
+        return self.settings.batch.max_size
 
     def backlog_size(self, system: System) -> int:
         return max(_MIN_EVENTS, round(system.rate_hint * self.options.drain_s))
@@ -340,6 +354,7 @@ class Bench:
             {
                 "KAFKA__BOOTSTRAP_SERVERS": self.options.bootstrap,
                 "MODEL__NAME": scenario.model,
+                "BATCH__MAX_SIZE": str(self.batch_size(scenario)),
                 "LOG__FORMAT": "json",
                 # Frequent stats lines: the service's padding efficiency is read from them.
                 "LOG__STATS_INTERVAL_S": "2",

@@ -11,6 +11,7 @@ from service.benchmark.measure import (
     cpu_percent,
     latencies_ms,
     mean_batch_size,
+    median_run,
     padding_efficiency,
     peak_rss_mib,
     percentiles,
@@ -137,3 +138,16 @@ def test_padding_efficiency_falls_back_to_windows_when_totals_have_none():
         {"event": "stopped", "padding_efficiency": None, "totals": {"padding_efficiency": None}},
     ]
     assert padding_efficiency(lines) == 0.5
+
+
+def test_median_run_picks_the_run_with_the_middle_p99_and_skips_runs_without_one():
+    runs = [
+        {"p99_ms": 90.0, "id": 1},
+        {"p99_ms": None, "id": 2},
+        {"p99_ms": 20.0, "id": 3},
+        {"p99_ms": 40.0, "id": 4},
+    ]
+    assert median_run(runs)["id"] == 4
+    assert median_run(runs[:1] + runs[2:3])["id"] == 3  # even count: the lower middle
+    assert median_run([{"p99_ms": None}]) is None
+    assert median_run([]) is None

@@ -48,6 +48,7 @@ def test_defaults_run_every_scenario_at_full_length(captured):
         2.0,
         0.5,
     )
+    assert options.latency_repeats == 3
     assert options.out.parent == Path("bench/results")
     assert options.out.name.startswith("bench-") and options.out.suffix == ".json"
 
@@ -60,6 +61,9 @@ def test_quick_shortens_everything_and_flags_win(captured):
     assert (options.scenario, options.quick, options.bootstrap) == ("A", True, "h:1")
     assert options.drain_s < 12.0 and options.latency_s < 15.0
     assert options.settle_s == 0.0
+    assert options.latency_repeats == 1
+    benchmark.run(parse("--quick", "--latency-repeats", "5"), _Settings)
+    assert captured["options"].latency_repeats == 5
 
 
 def test_unknown_scenario_is_a_usage_error():

@@ -30,6 +30,7 @@ RESULT = {
                         "peak_rss_mib": 120.4,
                     },
                     "latency": {"rate_per_s": 6172.8, "p50_ms": 5.0, "p95_ms": 9.5, "p99_ms": 14.25},
+                    "latency_p99_runs_ms": [31.0, 14.25, 9.0],
                 },
                 "naive": {
                     "label": "naive per-message loop",
@@ -95,6 +96,13 @@ def test_the_run_line_names_the_date_machine_and_settings():
     assert "quick" not in first
     quick = render(RESULT | {"run": RESULT["run"] | {"quick": True}}).splitlines()[0]
     assert "not for comparison" in quick
+
+
+def test_repeated_latency_runs_are_all_shown_and_a_single_run_adds_no_line():
+    assert "p99 in its 3 latency runs: 31.0, 14.2, 9.0 ms; the table shows the median run" in render(RESULT)
+    single = json.loads(json.dumps(RESULT))
+    single["scenarios"]["A"]["systems"]["service"]["latency_p99_runs_ms"] = [14.25]
+    assert "the table shows the median run" not in render(single)
 
 
 def test_render_copes_with_an_empty_result():

@@ -1,0 +1,136 @@
+"""Where a result's latency goes, segment by segment, at a fixed rate (not a test).
+
+    .venv/bin/python bench/trace_latency.py KIND MODEL RATE SECONDS ['VAR=VALUE ...'] [--passthrough]
+
+The input topic is created with ``message.timestamp.type=LogAppendTime``, so every result carries four
+clocks: the send time (the bench's ``bench.sent_us`` header, passed through), the broker's append time
+(the result's ``timestamps.event_ms``), and the service's own ``consumed_ms`` and ``produced_ms``; the
+result record's timestamp closes the chain. Prints p50/p99/max per segment, what the slowest 1% spent in
+each, and the process CPU of the service, the bench and the broker while sending. ``--passthrough`` runs
+the transport baseline instead (only the total is known then). The first 5 s are left out. Needs the local
+broker (``make kafka-up``), whose pid file it reads for the broker's CPU.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import msgspec
+import numpy as np
+import psutil
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+sys.path.insert(0, os.path.dirname(__file__))
+from compare_drain import BOOTSTRAP, PARTITIONS, service_env
+
+from service.benchmark.kafka_io import SENT_HEADER, Sender
+from service.benchmark.workload import cycle, make_events
+
+SKIP_MS = 5000
+BROKER_PID = Path(".local/kafka/kafka.pid")
+SEGMENTS = ("sent->append", "append->consumed", "consumed->produced", "produced->record", "total")
+
+
+def main(argv: list[str]) -> int:
+    passthrough = "--passthrough" in argv
+    args = [a for a in argv if a != "--passthrough"]
+    kind, model, rate, seconds = args[0], args[1], float(args[2]), float(args[3])
+    setting = args[4] if len(args) > 4 else ""
+    admin = AdminClient({"bootstrap.servers": BOOTSTRAP})
+    topic = f"trace-{uuid.uuid4().hex[:6]}"
+    topics = [
+        NewTopic(topic, PARTITIONS, 1, config={"message.timestamp.type": "LogAppendTime"}),
+        NewTopic(topic + "-out", PARTITIONS, 1),
+        NewTopic(topic + "-out-dlq", 1, 1),
+    ]
+    for future in admin.create_topics(topics).values():
+        future.result()
+    argv_child = (
+        ["-m", "service.benchmark.baselines", "passthrough"] if passthrough else ["-m", "service", "run"]
+    )
+    with open(f"/tmp/{topic}.log", "w") as log:
+        child = subprocess.Popen(
+            [sys.executable, *argv_child],
+            env=service_env(topic, topic + "-out", model, setting),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        sender = Sender({"bootstrap.servers": BOOTSTRAP, "linger.ms": 5, "compression.type": "lz4"})
+        pool = make_events(kind, 20_000, 7)
+        time.sleep(6)  # start-up: model load, warm-up, group join
+        sender.send(topic, pool[:50])
+        procs = {"service": psutil.Process(child.pid), "bench": psutil.Process()}
+        if BROKER_PID.is_file():
+            procs["broker"] = psutil.Process(int(BROKER_PID.read_text().split()[0]))
+        for proc in procs.values():
+            proc.cpu_percent()
+        count = int(rate * seconds)
+        sender.send(topic, cycle(pool, count), rate)
+        cpu = {name: round(proc.cpu_percent()) for name, proc in procs.items()}
+        rows = read_rows(topic + "-out", count + 50, passthrough)
+        child.terminate()
+        child.wait()
+    admin.delete_topics([topic, topic + "-out", topic + "-out-dlq"])
+    report(np.array(sorted(rows)), f"{'passthrough' if passthrough else 'service'} {setting}", rate, cpu)
+    return 0
+
+
+def read_rows(topic: str, count: int, passthrough: bool) -> list[tuple[float, ...]]:
+    """(sent, appended, consumed, produced, record, batch size) in ms per result with a send time."""
+    reader = Consumer({"bootstrap.servers": BOOTSTRAP, "group.id": f"read-{topic}"})
+    reader.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+    rows: list[tuple[float, ...]] = []
+    deadline = time.monotonic() + 60
+    while len(rows) < count and time.monotonic() < deadline:
+        for msg in reader.consume(10_000, 1.0):
+            sent = dict(msg.headers() or []).get(SENT_HEADER) if msg.error() is None else None
+            if sent is None:
+                continue
+            record = msg.timestamp()[1]
+            if passthrough:
+                rows.append((int(sent) / 1000, record, record, record, record, 1))
+                continue
+            value = msgspec.json.decode(msg.value())
+            ts = value["timestamps"]
+            rows.append(
+                (
+                    int(sent) / 1000,
+                    ts["event_ms"],
+                    ts["consumed_ms"],
+                    ts["produced_ms"],
+                    record,
+                    value["batch_size"],
+                )
+            )
+    reader.close()
+    return rows
+
+
+def report(rows: np.ndarray, title: str, rate: float, cpu: dict[str, int]) -> None:
+    rows = rows[rows[:, 0] >= rows[0, 0] + SKIP_MS]
+    sent, appended, consumed, produced, record, sizes = rows.T
+    segments = dict(
+        zip(
+            SEGMENTS,
+            (appended - sent, consumed - appended, produced - consumed, record - produced, record - sent),
+            strict=True,
+        )
+    )
+    print(f"{title.strip()}: {len(rows)} results at {rate:g}/s, mean batch {sizes.mean():.1f}, CPU % {cpu}")
+    worst = segments["total"] >= np.percentile(segments["total"], 99)
+    for name, values in segments.items():
+        p50, p99 = np.percentile(values, [50, 99])
+        print(
+            f"  {name:20} p50 {p50:7.1f}  p99 {p99:7.1f}  max {values.max():7.1f}  "
+            f"slowest 1%: {values[worst].mean():7.1f} ms"
+        )
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
