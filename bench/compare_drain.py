@@ -58,6 +58,7 @@ def service_env(topic: str, out: str, model: str, setting: str) -> dict[str, str
         "MICROBATCH_MODEL__NAME": model,
         "MICROBATCH_KAFKA__GROUP_ID": out,
         "MICROBATCH_LOG__FORMAT": "json",
+        "MICROBATCH_METRICS__PORT": "0",
     }
     env |= dict(pair.split("=", 1) for pair in setting.split())
     return env

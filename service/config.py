@@ -130,6 +130,9 @@ class KafkaSettings(_Section):
                 # Auto-commit only ever commits offsets the service stored, i.e. delivered ones.
                 "enable.auto.commit": True,
                 "auto.commit.interval.ms": 1000,
+                # Incremental rebalancing: a replica joining or leaving moves only the partitions that
+                # change owner, and the others keep flowing (scaling out on lag must not stop the world).
+                "partition.assignment.strategy": "cooperative-sticky",
                 "session.timeout.ms": self.session_timeout_ms,
                 "max.poll.interval.ms": self.max_poll_interval_ms,
             }
@@ -290,6 +293,20 @@ class LogSettings(_Section):
     stats_interval_s: float = Field(10.0, gt=0)
 
 
+class MetricsSettings(_Section):
+    """The HTTP port for Prometheus metrics (``/metrics``) and the probes (``/healthz``, ``/readyz``)."""
+
+    enabled: bool = True
+    host: str = "0.0.0.0"
+    """Listen address; ``0.0.0.0`` so that Prometheus and the kubelet can reach a container."""
+    port: int = Field(9400, ge=0, le=65_535)
+    """0 picks a free port (logged in the ``started`` line): for several services on one host."""
+    liveness_timeout_s: float = Field(60.0, gt=0, le=3_600)
+    """``/healthz`` fails when the consume loop has not come round for this long (a stuck loop)."""
+    broker_timeout_s: float = Field(30.0, gt=0, le=3_600)
+    """``/readyz`` fails when no broker has answered for this long."""
+
+
 class Settings(BaseSettings):
     """The root of all settings."""
 
@@ -309,6 +326,7 @@ class Settings(BaseSettings):
     batch: BatchSettings = Field(default_factory=BatchSettings)
     model: ModelSettings = Field(default_factory=ModelSettings)
     log: LogSettings = Field(default_factory=LogSettings)
+    metrics: MetricsSettings = Field(default_factory=MetricsSettings)
 
 
 def env_name(loc: tuple[str | int, ...]) -> str:
@@ -353,6 +371,19 @@ def _undecodable_setting(text: str) -> str:
             if get_origin(info.annotation) in (dict, list):
                 return env_name((section, field_name))
     return env_name((section,))
+
+
+def check_run_settings(settings: Settings) -> None:
+    """What ``run`` needs beyond each setting's own checks: topics (:func:`require_topics`) and a
+    liveness timeout longer than a commit may legitimately block."""
+    require_topics(settings)
+    flush, liveness = settings.output.flush_timeout_s, settings.metrics.liveness_timeout_s
+    if settings.metrics.enabled and liveness <= flush:
+        raise ConfigError(
+            "MICROBATCH_METRICS__LIVENESS_TIMEOUT_S",
+            f"must be > MICROBATCH_OUTPUT__FLUSH_TIMEOUT_S ({flush:g}): a commit waits up to that long for "
+            f"the producer, and /healthz would fail meanwhile (got {liveness:g})",
+        )
 
 
 def require_topics(settings: Settings) -> None:

@@ -106,6 +106,7 @@ def _start_service(run: ModelRun, bootstrap: str, run_id: str) -> subprocess.Pop
         "MICROBATCH_DLQ__TOPIC": run.topics["dlq"],
         "MICROBATCH_MODEL__NAME": run.model,
         "MICROBATCH_LOG__FORMAT": "json",
+        "MICROBATCH_METRICS__PORT": "0",  # two services at once; each logs its port in `started`
         "MICROBATCH_LOG__STATS_INTERVAL_S": "5",
         # Two services and a broker share the cores; one inference thread each avoids oversubscription.
         "MICROBATCH_MODEL__INTRA_OP_THREADS": "1",

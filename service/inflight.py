@@ -26,6 +26,7 @@ class InFlight:
     future: Future[tuple[Tensors, float]]
     prep_s: float
     padding: tuple[int, int] | None  # (real, padded) cost units, when items have a cost
+    started: float  # when the batch was cut (its items' queue wait ends here)
 
 
 def timed_run(engine: EngineLike, feeds: Tensors, clock: Callable[[], float]) -> tuple[Tensors, float]:

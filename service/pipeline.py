@@ -21,7 +21,9 @@ from service.batcher import Batcher
 from service.config import Settings
 from service.decode import decode, prepare_all
 from service.errors import BatchMismatchError, EngineFailedError, InvalidMessage, OffsetOrderError, Reason
+from service.health import Health
 from service.inflight import InFlight, Inline, OffloadPolicy, executor_for, timed_run
+from service.metrics import Metrics
 from service.offsets import OffsetTracker
 from service.outputs import ModelRef, dead_letter, replace_refused, result_record
 from service.ports import EngineLike, ExecutorLike, SinkLike, SourceLike
@@ -33,6 +35,7 @@ _log = structlog.get_logger("microbatch.pipeline")
 
 _INFLIGHT_POLL_S = 0.001
 _LAG_REFRESH_S = 0.1  # reading it takes the client's partition locks: not per batch
+_STATE_INTERVAL_S = 1.0  # how often the state gauges (lag per partition, partitions, ...) are set
 
 
 class Pipeline:
@@ -55,6 +58,8 @@ class Pipeline:
         clock: Callable[[], float] = time.monotonic,
         wall_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
         executor: ExecutorLike | None = None,
+        metrics: Metrics | None = None,
+        health: Health | None = None,
     ) -> None:
         self._settings = settings
         self._source = source
@@ -87,7 +92,14 @@ class Pipeline:
         self._offload = OffloadPolicy()
         self._depth = max(1, batch.pipeline_depth)
         self._inflight: deque[InFlight] = deque()
-        self._lag, self._lag_at = 0, float("-inf")
+        self._lag: dict[TopicPartition, int] = {}
+        self._lag_total, self._lag_at = 0, float("-inf")
+        self._state_at = float("-inf")
+        self._assigned: set[TopicPartition] = set()
+        self.metrics = metrics or Metrics()
+        self.health = health or Health(
+            settings.metrics.liveness_timeout_s, settings.metrics.broker_timeout_s, clock
+        )
         self._busy = BusyShare()
         self._tracker = OffsetTracker()
         self.stats = Stats(clock)
@@ -107,6 +119,7 @@ class Pipeline:
         self._source.subscribe(self._settings.input.topics, self)
         try:
             while self._running:
+                self.health.tick()
                 self._accept(self._source.consume(*self._consume_plan()))
                 if self._batcher.ready() and self._batcher.room():
                     self._accept(self._source.consume(self._batcher.room(), 0))  # more to choose among
@@ -114,6 +127,7 @@ class Pipeline:
                 self._complete(self._idle_s() if len(self._inflight) >= self._depth else 0.0)
                 self._acknowledge(self._sink.poll(0))
                 self._apply_backpressure()
+                self._publish_state()
                 self._log_stats()
         except BaseException:
             self._closing = True
@@ -121,6 +135,7 @@ class Pipeline:
             self._source.close()
             raise
         _log.info("stopping")
+        self.health.stopping = True
         self._shutdown()
 
     def stop(self) -> None:
@@ -162,6 +177,8 @@ class Pipeline:
             else:
                 decoded.append(outcome)
         self.stats.events_in += len(records)
+        self.metrics.consumed.inc(len(records))
+        self.health.brokers(True)  # records just arrived from one
         if self._has_prepare:
             decoded, rejected = prepare_all(decoded, partial(prepare, self._processor))
             for rejection in rejected:
@@ -191,12 +208,12 @@ class Pipeline:
                 feeds = self._processor.preprocess([d.item for d in batch])
             except Exception:
                 self._complete(None)  # keep results in batch order
-                self._emit(batch, list(self._infer(batch)), self._clock() - start, padding)
+                self._emit(batch, list(self._infer(batch)), self._clock() - start, padding, start)
                 continue
             prep_s = self._clock() - start
             executor = self._executor if self._offload.offload else self._inline
             future = executor.submit(timed_run, self._engine, feeds, self._clock)
-            self._inflight.append(InFlight(batch, future, prep_s, padding))
+            self._inflight.append(InFlight(batch, future, prep_s, padding, start))
 
     def _complete(self, timeout_s: float | None) -> None:
         """Finish in-flight batches in hand-off order: post-process, produce, adapt the batch size. Waits
@@ -211,15 +228,16 @@ class Pipeline:
                     return
             self._inflight.popleft()
             start = self._clock()
+            run_s: float | None = None
             try:
                 outputs, run_s = head.future.result()
                 self._offload.observe(run_s)
                 items = [d.item for d in head.batch]
                 answers = list(zip(head.batch, self._postprocess(outputs, items), strict=True))
             except Exception as exc:
-                run_s = 0.0
                 answers = list(self._split(head.batch, exc))
-            self._emit(head.batch, answers, head.prep_s + run_s + self._clock() - start, head.padding)
+            service_s = head.prep_s + (run_s or 0.0) + self._clock() - start
+            self._emit(head.batch, answers, service_s, head.padding, head.started, run_s)
             timeout_s = 0.0
 
     def _emit(
@@ -228,8 +246,11 @@ class Pipeline:
         answers: list[tuple[Decoded, ResultOrError]],
         service_s: float,
         padding: tuple[int, int] | None,
+        started: float,
+        run_s: float | None = None,
     ) -> None:
-        """Queue one output per input, in input order; then let the batch size adapt."""
+        """Queue one output per input, in input order; then let the batch size adapt. ``started``: when
+        the batch was cut; ``run_s``: its model time, when it ran whole."""
         produced_ms = self._wall_ms()
         now = self._clock()
         topic, model, size, send = self._settings.output.topic, self._model, len(batch), self._sink.send
@@ -247,7 +268,10 @@ class Pipeline:
                 continue
             event_ms.append(record.timestamp_ms or consumed_ms)
         self.stats.results_out += len(event_ms)
-        self.stats.batch(len(batch), produced_ms - np.asarray(event_ms, dtype=np.float64), padding)
+        latencies_ms = produced_ms - np.asarray(event_ms, dtype=np.float64)
+        self.stats.batch(len(batch), latencies_ms, padding)
+        waited = started - min(d.record.received for d in batch) if batch else 0.0
+        self.metrics.batch(len(batch), waited, run_s, latencies_ms / 1000, padding)
         busy = self._busy.observe(service_s, now)
         self._batcher.max_size = self._sizer.observe(len(batch), service_s, self._backlog(), busy).target
 
@@ -256,7 +280,8 @@ class Pipeline:
         now = self._clock()
         if now - self._lag_at >= _LAG_REFRESH_S:
             self._lag, self._lag_at = self._source.lag(), now
-        return self._lag + len(self._batcher)
+            self._lag_total = sum(self._lag.values())
+        return self._lag_total + len(self._batcher)
 
     def _infer(self, batch: Sequence[Decoded]) -> Iterator[tuple[Decoded, ResultOrError]]:
         """Yield (item, result) for every item, running the batch here (not on the engine thread)."""
@@ -277,6 +302,7 @@ class Pipeline:
             yield batch[0], InvalidMessage(Reason.INFERENCE_ERROR, f"{type(exc).__name__}: {exc}"[:500])
             return
         _log.warning("batch_failed_splitting", size=len(batch), error=f"{type(exc).__name__}: {exc}"[:300])
+        self.metrics.splits.inc()
         half = len(batch) // 2
         yield from self._infer(batch[:half])
         yield from self._infer(batch[half:])
@@ -298,6 +324,7 @@ class Pipeline:
 
     def _reject(self, rejection: Rejection) -> None:
         self.stats.rejected(rejection.reason.value)
+        self.metrics.dead_letters.labels(reason=rejection.reason.value).inc()
         self._sink.send(dead_letter(rejection, self._settings.dlq.topic))
 
     def _acknowledge(self, acked: list[InputRecord]) -> int:
@@ -306,6 +333,8 @@ class Pipeline:
         done = self._tracker.done
         for record in acked:
             done((record.topic, record.partition), record.offset)
+        if acked:
+            self.metrics.acknowledged.inc(len(acked))
         offsets = self._tracker.take_committable()
         if offsets:
             self._source.store(offsets)
@@ -338,15 +367,36 @@ class Pipeline:
                 self._paused = True
                 _log.warning("consumer_paused", in_flight=in_flight, limit=limit)
 
+    def _publish_state(self) -> None:
+        """Set the state gauges about once a second (reading the lag per partition costs a few us each)."""
+        now = self._clock()
+        if now - self._state_at < _STATE_INTERVAL_S:
+            return
+        self._state_at = now
+        self._lag, self._lag_at = self._source.lag(), now
+        self._lag_total = sum(self._lag.values())
+        assigned = len(self._assigned)
+        self.health.assigned = assigned
+        self.metrics.state(
+            self._batcher.max_size,
+            self._tracker.in_flight(),
+            assigned,
+            assigned if self._paused else 0,
+            self._lag,
+        )
+
     def _log_stats(self) -> None:
         if self.stats.due(self._settings.log.stats_interval_s):
             tracker = self._tracker
+            snapshot = self.stats.snapshot()
+            if snapshot["padding_efficiency"] is not None:
+                self.metrics.padding.set(snapshot["padding_efficiency"])
             _log.info(
                 "stats",
                 in_flight=tracker.in_flight(),
                 stale_acks=tracker.stale_acks,
                 target_batch_size=self._batcher.max_size,
-                **self.stats.snapshot(),
+                **snapshot,
             )
 
     # -- commits ------------------------------------------------------------------------------------
@@ -367,13 +417,17 @@ class Pipeline:
         while len(self._batcher):
             batch, padding = self._batcher.take_padded()
             start = self._clock()
-            self._emit(batch, list(self._infer(batch)), self._clock() - start, padding)
+            self._emit(batch, list(self._infer(batch)), self._clock() - start, padding, start)
         timeout = self._settings.output.flush_timeout_s
         if self._acknowledge(self._sink.flush(timeout)):
             self._acknowledge(self._sink.flush(timeout))  # the replacements of refused records
         if self._sink.pending():
             _log.warning("flush_incomplete", outstanding=self._sink.pending())
-        self._source.commit()
+        start = self._clock()
+        if self._source.commit():
+            self.metrics.commit_time.observe(self._clock() - start)
+        else:
+            self.metrics.commit_failures.inc()
 
     def _shutdown(self) -> None:
         self.commit()
@@ -389,6 +443,7 @@ class Pipeline:
         """Start the new partitions' bookkeeping. Unless back-pressure is on (then the loop pauses them),
         resume them explicitly: a partition paused before a rebalance would otherwise stay paused."""
         self._tracker.forget(tps)
+        self._assigned.update(tps)
         if not self._paused:
             self._source.resume(tps)
         _log.info("partitions_assigned", partitions=_names(tps))
@@ -398,6 +453,7 @@ class Pipeline:
         if not self._closing:
             self.commit()
         self._tracker.forget(tps)
+        self._assigned.difference_update(tps)
         _log.info("partitions_revoked", partitions=_names(tps))
 
     def on_lost(self, tps: list[TopicPartition]) -> None:
@@ -408,6 +464,7 @@ class Pipeline:
         self._complete(None)  # batches in flight finish; their outputs are duplicates at worst
         acked = self._sink.flush(self._settings.output.flush_timeout_s)
         self._tracker.forget(tps)  # first, so their acks store nothing
+        self._assigned.difference_update(tps)
         self._acknowledge(acked)
         _log.warning("partitions_lost", partitions=_names(tps), dropped=dropped)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+import msgspec
 import structlog
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message
 from confluent_kafka import TopicPartition as KafkaTopicPartition
@@ -18,14 +19,34 @@ from service.records import InputRecord, TopicPartition
 _log = structlog.get_logger("microbatch.source")
 
 
-class Source:
-    """Wraps ``confluent_kafka.Consumer``: consume in batches, store offsets, commit synchronously."""
+# librdkafka's statistics tell, among much else, each broker connection's state: the cheapest reliable
+# answer to "is any broker reachable?" for /readyz, with no request of our own.
+_STATS_INTERVAL_MS = 5000
 
-    def __init__(self, settings: KafkaSettings) -> None:
-        self._fatal = FatalWatch("consumer")
+
+class Source:
+    """Wraps ``confluent_kafka.Consumer``: consume in batches, store offsets, commit synchronously.
+
+    ``on_brokers(up)`` is told, from inside ``consume``, whether any broker is reachable: False as soon as
+    librdkafka reports all brokers down, True when its next statistics show one up (every 5 s)."""
+
+    def __init__(
+        self, settings: KafkaSettings, on_brokers: Callable[[bool], None] = lambda _up: None
+    ) -> None:
+        self._fatal = FatalWatch("consumer", on_brokers)
+        self._on_brokers = on_brokers
         conf = settings.consumer_config() | {"error_cb": self._fatal, "logger": logs.LIBRDKAFKA}
+        conf.setdefault("statistics.interval.ms", _STATS_INTERVAL_MS)
+        conf["stats_cb"] = self._on_stats
         self._consumer = Consumer(conf)
         self._bootstrap = settings.bootstrap_servers
+
+    def _on_stats(self, stats_json: str) -> None:
+        try:
+            brokers = msgspec.json.decode(stats_json, type=_Stats).brokers
+        except msgspec.DecodeError:
+            return
+        self._on_brokers(any(b.state == "UP" for b in brokers.values()))
 
     def subscribe(self, topics: list[str], listener: RebalanceListener) -> None:
         def tps(parts: list[KafkaTopicPartition]) -> list[TopicPartition]:
@@ -56,16 +77,18 @@ class Source:
             records.append(to_record(msg, now))
         return records
 
-    def lag(self) -> int:
-        """Messages between the consumer's position and the end of its partitions, summed, from the
+    def lag(self) -> dict[TopicPartition, int]:
+        """Messages between the consumer's position and the end of each assigned partition, from the
         watermarks of the last fetch responses: no broker round trip (about 10 us per partition).
         Partitions not fetched yet count 0."""
-        total = 0
+        lag = {}
         for part in self._consumer.position(self._consumer.assignment()):
+            behind = 0
             if part.offset >= 0:
                 _low, high = self._consumer.get_watermark_offsets(part, cached=True)
-                total += max(0, high - part.offset)
-        return total
+                behind = max(0, high - part.offset)
+            lag[(part.topic, part.partition)] = behind
+        return lag
 
     def store(self, offsets: dict[TopicPartition, int]) -> None:
         """Store the next offsets to commit (auto-commit sends them within a second)."""
@@ -77,13 +100,16 @@ class Source:
             # last commit, so nothing is lost.
             _log.debug("store_offsets_failed", error=str(exc))
 
-    def commit(self) -> None:
-        """Commit the stored offsets now and wait for the broker's answer."""
+    def commit(self) -> bool:
+        """Commit the stored offsets now and wait for the broker's answer. False when the commit failed
+        (logged; the offsets stay stored and auto-commit retries them); nothing to commit is success."""
         try:
             self._consumer.commit(asynchronous=False)
         except KafkaException as exc:
             if exc.args[0].code() != KafkaError._NO_OFFSET:
                 _log.warning("commit_failed", error=str(exc))
+                return False
+        return True
 
     def wait_ready(
         self, topics: list[str], timeout_s: float, stopped: Callable[[], bool] = lambda: False
@@ -152,15 +178,29 @@ def to_record(msg: Message, received: float) -> InputRecord:
     )
 
 
-class FatalWatch:
-    """A client's ``error_cb``: remembers the first fatal error so the loop can stop on it. Other errors
-    are transient (librdkafka retries them) and already reach the log through the client's logger."""
+class _Broker(msgspec.Struct):
+    state: str
 
-    def __init__(self, client: str) -> None:
+
+class _Stats(msgspec.Struct):
+    """The part of librdkafka's statistics JSON that is read: each broker connection's state."""
+
+    brokers: dict[str, _Broker] = {}
+
+
+class FatalWatch:
+    """A client's ``error_cb``: remembers the first fatal error so the loop can stop on it, and tells
+    ``on_brokers(False)`` when every broker is down. Other errors are transient (librdkafka retries them)
+    and already reach the log through the client's logger."""
+
+    def __init__(self, client: str, on_brokers: Callable[[bool], None] = lambda _up: None) -> None:
         self._client = client
+        self._on_brokers = on_brokers
         self._error: KafkaError | None = None
 
     def __call__(self, err: KafkaError) -> None:
+        if err.code() == KafkaError._ALL_BROKERS_DOWN:
+            self._on_brokers(False)
         if err.fatal() and self._error is None:
             self._error = err
             _log.error("kafka_fatal_error", client=self._client, error=err.str(), code=err.name())

@@ -356,6 +356,7 @@ class Bench:
                 "MODEL__NAME": scenario.model,
                 "BATCH__MAX_SIZE": str(self.batch_size(scenario)),
                 "LOG__FORMAT": "json",
+                "METRICS__PORT": "0",  # served as in production, on a free port
                 # Frequent stats lines: the service's padding efficiency is read from them.
                 "LOG__STATS_INTERVAL_S": "2",
                 **overrides,

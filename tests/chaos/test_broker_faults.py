@@ -30,6 +30,8 @@ from tests.conftest import TOPIC_READY_TIMEOUT_S, _wait_topic_ready
 from tests.integration.harness import (
     ServiceProcess,
     dlq_source_of,
+    free_port,
+    http_get,
     produce,
     read_topic,
     start_service,
@@ -361,14 +363,16 @@ def _outage(
     probe: Probe,
     topics: dict[str, str],
     down_s: float = BROKER_DOWN_S,
+    also: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
-    """Take the broker away with ``fault`` for ``down_s``, ``recover`` it, wait until results flow and
-    commits have caught up with the stream again. Returns what was measured."""
+    """Take the broker away with ``fault`` for ``down_s`` (calling ``also`` twice a second meanwhile),
+    ``recover`` it, wait until results flow and commits have caught up with the stream again. Returns what
+    was measured."""
     uncommitted = probe.lag(topics["in"])
     assert uncommitted >= 0, "the broker did not answer before the fault"
     t0 = time.monotonic()
     fault()
-    _hold(down_s, service)
+    _hold(down_s, service, also)
     recover()
     t_up = time.monotonic()
     wait_for(lambda: _alive(service) and probe.total(topics["out"]) >= 0, 60, "the broker answering")
@@ -402,11 +406,24 @@ def test_broker_restart_sigterm_then_sigkill_mid_stream(
     input.
 
     Duplicates bound, per fault: what was not committed when it struck, plus the stream consumed until
-    the group had settled again (RESTART_RATE x (time away + time until results flowed + 5 s))."""
+    the group had settled again (RESTART_RATE x (time away + time until results flowed + 5 s)).
+
+    The probes meanwhile: /healthz stays 200 throughout (the loop keeps coming round: a restart would not
+    help), /readyz turns 503 once no broker has answered for BROKER_TIMEOUT_S, and 200 again after."""
     bootstrap = fault_broker.bootstrap
     topics = _topics(fault_topic_factory)
     stream = StreamProducer(bootstrap, topics["in"], _metrics(RESTART_MAX_EVENTS, seed=31), RESTART_RATE)
-    service = _start(tmp_path, bootstrap, group_id, topics)
+    port = free_port()
+    service = _start(
+        tmp_path, bootstrap, group_id, topics, metrics__port=str(port), metrics__broker_timeout_s="3"
+    )
+    during: list[tuple[int, str]] = []
+    live: list[int] = []
+
+    def probe_health() -> None:
+        during.append(http_get(port, "/readyz"))
+        live.append(http_get(port, "/healthz")[0])
+
     probe = Probe(bootstrap, group_id)
     logs = LogWatch(service)
     pid = service.proc.pid
@@ -417,7 +434,11 @@ def test_broker_restart_sigterm_then_sigkill_mid_stream(
             FIRST_RESULTS_TIMEOUT_S,
             "first commits",
         )
-        faults["SIGTERM"] = _outage(fault_broker.stop, fault_broker.start, service, probe, topics)
+        assert http_get(port, "/readyz")[0] == 200
+        faults["SIGTERM"] = _outage(
+            fault_broker.stop, fault_broker.start, service, probe, topics, also=probe_health
+        )
+        wait_for(lambda: http_get(port, "/readyz")[0] == 200, 30, "ready again after the broker came back")
         faults["SIGKILL"] = _outage(fault_broker.kill, fault_broker.start, service, probe, topics)
         produced = stream.finish()
         wait_for(lambda: _alive(service) and probe.drained(topics["in"]), DRAIN_TIMEOUT_S, "all committed")
@@ -428,9 +449,13 @@ def test_broker_restart_sigterm_then_sigkill_mid_stream(
         probe.close()
     assert service.proc.pid == pid and code == 0, _tail(service)
     assert len(logs.events("started")) == 1, "the service started more than once"
+    assert set(live) == {200}, live
+    unready = [body for status, body in during if status == 503]
+    assert unready and all("no broker reachable" in body for body in unready), during
     report = verify({"bootstrap.servers": bootstrap}, topics["in"], topics["out"], topics["dlq"])
     print(
-        f"\nbroker restarts: produced={produced} faults={faults} "
+        f"\nbroker restarts: readyz during the first outage {[status for status, _ in during]} "
+        f"produced={produced} faults={faults} "
         f"kafka_errors={len(logs.events('kafka_error'))} "
         f"partitions_lost={len(logs.events('partitions_lost'))} "
         f"partitions_revoked={len(logs.events('partitions_revoked'))} "

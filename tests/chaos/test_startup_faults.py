@@ -64,6 +64,7 @@ def _is_json(line: str) -> bool:
 def _env(**settings: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MICROBATCH_")}
     env |= {"MICROBATCH_LOG__FORMAT": "json", "MICROBATCH_MODEL__INTRA_OP_THREADS": "1"}
+    env["MICROBATCH_METRICS__PORT"] = "0"  # tests may overlap; a fixed port would collide
     return env | {f"MICROBATCH_{k.upper()}": str(v) for k, v in settings.items()}
 
 

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 import uuid
 from collections import Counter, defaultdict
 from dataclasses import dataclass
@@ -14,10 +17,14 @@ from pathlib import Path
 
 import msgspec
 from confluent_kafka import Consumer, Producer, TopicPartition
+from prometheus_client.parser import text_string_to_metric_families
+
+from service.generate import EventGenerator
 
 ROOT = Path(__file__).resolve().parents[2]
 
 Coord = tuple[int, int]  # (partition, offset) of an input record
+SERVICE_PARTITIONS = 4  # input and output partitions of the `topics` fixture
 
 
 @dataclass
@@ -39,7 +46,12 @@ class ServiceProcess:
 def start_service(log_dir: Path, **settings: str) -> ServiceProcess:
     """Start the service with ``MICROBATCH_<KEY>`` variables from ``settings`` (``batch__max_size=...``)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MICROBATCH_")}
-    env |= {"MICROBATCH_LOG__FORMAT": "json", "MICROBATCH_MODEL__INTRA_OP_THREADS": "1"}
+    # Port 0: several services run at once in some tests; the bound port is in the `started` line.
+    env |= {
+        "MICROBATCH_LOG__FORMAT": "json",
+        "MICROBATCH_MODEL__INTRA_OP_THREADS": "1",
+        "MICROBATCH_METRICS__PORT": "0",
+    }
     env |= {f"MICROBATCH_{k.upper()}": str(v) for k, v in settings.items()}
     log_path = log_dir / f"service-{uuid.uuid4().hex[:6]}.log"
     log = log_path.open("wb")
@@ -47,6 +59,20 @@ def start_service(log_dir: Path, **settings: str) -> ServiceProcess:
         [sys.executable, "-m", "service", "run"], env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT
     )
     return ServiceProcess(proc, log_path)
+
+
+def start_on_topics(tmp_path, kafka_bootstrap, topics, group_id, model="metrics-anomaly", **extra):
+    """The service on the `topics` fixture's topics, as group ``group_id``, serving ``model``."""
+    return start_service(
+        tmp_path,
+        kafka__bootstrap_servers=kafka_bootstrap,
+        kafka__group_id=group_id,
+        input__topics=topics["in"],
+        output__topic=topics["out"],
+        dlq__topic=topics["dlq"],
+        model__name=model,
+        **extra,
+    )
 
 
 def produce(bootstrap: str, topic: str, items: list[tuple[bytes | None, bytes | None]]) -> list[Coord]:
@@ -165,3 +191,40 @@ def wait_for(predicate, timeout: float, what: str) -> None:
             return
         time.sleep(0.2)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def free_port() -> int:
+    """A local TCP port nobody listens on right now (the OS's pick), for a service's metrics port."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def http_get(port: int, path: str, timeout: float = 5) -> tuple[int, str]:
+    """(status, body) of GET http://127.0.0.1:port/path; (0, why) when nothing answers."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=timeout) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+    except OSError as exc:
+        return 0, str(exc)
+
+
+def scrape(port: int) -> dict[str, float]:
+    """Every sample of the service's /metrics: ``{'name{label="v",...}': value}`` (labels sorted)."""
+    status, body = http_get(port, "/metrics")
+    assert status == 200, body
+    samples = {}
+    for family in text_string_to_metric_families(body):
+        for s in family.samples:
+            labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))
+            samples[f"{s.name}{{{labels}}}" if labels else s.name] = s.value
+    return samples
+
+
+def metrics_events(n: int, seed: int, anomaly_ratio: float = 0.05) -> list[tuple[bytes, bytes]]:
+    """``n`` generated monitoring events as (key, value) pairs, keyed by host like ``microbatch produce``."""
+    return [
+        (e["host"].encode(), msgspec.json.encode(e)) for e in EventGenerator(seed).metrics(n, anomaly_ratio)
+    ]

@@ -7,56 +7,31 @@ import threading
 from collections import Counter
 
 import msgspec
-import pytest
 
 from service.errors import Reason
 from service.generate import LOG_LABELS, METRIC_FEATURES, EventGenerator
 from service.poison import POISON_KINDS, make_poison
 from tests.integration.harness import (
+    SERVICE_PARTITIONS,
     assert_order_per_partition,
     committed,
     dlq_source_of,
     end_offsets,
+    metrics_events,
     produce,
     read_topic,
     source_of,
-    start_service,
+    start_on_topics,
     wait_for,
 )
 
-PARTITIONS = 4
-
-
-def _metrics(n: int, seed: int) -> list[tuple[bytes, bytes]]:
-    return [(e["host"].encode(), msgspec.json.encode(e)) for e in EventGenerator(seed).metrics(n, 0.05)]
-
-
-@pytest.fixture
-def topics(topic_factory):
-    return {
-        "in": topic_factory(partitions=PARTITIONS, prefix="in"),
-        "out": topic_factory(partitions=PARTITIONS, prefix="out"),
-        "dlq": topic_factory(partitions=1, prefix="dlq"),
-    }
-
-
-def _service(tmp_path, kafka_bootstrap, topics, group_id, model="metrics-anomaly", **extra):
-    return start_service(
-        tmp_path,
-        kafka__bootstrap_servers=kafka_bootstrap,
-        kafka__group_id=group_id,
-        input__topics=topics["in"],
-        output__topic=topics["out"],
-        dlq__topic=topics["dlq"],
-        model__name=model,
-        **extra,
-    )
+PARTITIONS = SERVICE_PARTITIONS
 
 
 def test_every_input_gets_exactly_one_result_in_order(tmp_path, kafka_bootstrap, topics, group_id):
-    items = _metrics(2000, seed=11)
+    items = metrics_events(2000, seed=11)
     coords = produce(kafka_bootstrap, topics["in"], items)
-    service = _service(tmp_path, kafka_bootstrap, topics, group_id)
+    service = start_on_topics(tmp_path, kafka_bootstrap, topics, group_id)
     try:
         outputs = read_topic(kafka_bootstrap, topics["out"], expected=len(items))
     finally:
@@ -88,7 +63,7 @@ def test_every_input_gets_exactly_one_result_in_order(tmp_path, kafka_bootstrap,
 
 def test_poison_goes_to_dlq_with_reason_and_original_bytes(tmp_path, kafka_bootstrap, topics, group_id):
     limit = 4096
-    good = _metrics(2000, seed=12)
+    good = metrics_events(2000, seed=12)
     kinds = sorted(POISON_KINDS)
     gen = EventGenerator(99)
     poison = []
@@ -105,7 +80,7 @@ def test_poison_goes_to_dlq_with_reason_and_original_bytes(tmp_path, kafka_boots
             expected_reason[len(items)] = (kind, value)
             items.append((f"poison-{kind}".encode(), value))
     coords = produce(kafka_bootstrap, topics["in"], items)
-    service = _service(tmp_path, kafka_bootstrap, topics, group_id, input__max_value_bytes=limit)
+    service = start_on_topics(tmp_path, kafka_bootstrap, topics, group_id, input__max_value_bytes=limit)
     try:
         outputs = read_topic(kafka_bootstrap, topics["out"], expected=len(good))
         dead = read_topic(kafka_bootstrap, topics["dlq"], expected=len(poison))
@@ -132,7 +107,7 @@ def test_log_classifier_labels_log_lines(tmp_path, kafka_bootstrap, topics, grou
     events, labels = EventGenerator(5).logs_labeled(400)
     items = [(e["host"].encode(), msgspec.json.encode(e)) for e in events]
     coords = produce(kafka_bootstrap, topics["in"], items)
-    service = _service(tmp_path, kafka_bootstrap, topics, group_id, model="log-classifier")
+    service = start_on_topics(tmp_path, kafka_bootstrap, topics, group_id, model="log-classifier")
     try:
         outputs = read_topic(kafka_bootstrap, topics["out"], expected=len(items))
     finally:
@@ -164,9 +139,9 @@ def _results_so_far(bootstrap, topic) -> int:
 
 def _start_mid_stream(tmp_path, kafka_bootstrap, topics, group_id, seed):
     """Stream 6000 events in the background and return once the service has produced 500 results."""
-    items = _metrics(6000, seed=seed)
+    items = metrics_events(6000, seed=seed)
     done = _produce_in_background(kafka_bootstrap, topics["in"], items)
-    service = _service(tmp_path, kafka_bootstrap, topics, group_id, batch__max_size=4)
+    service = start_on_topics(tmp_path, kafka_bootstrap, topics, group_id, batch__max_size=4)
     wait_for(lambda: _results_so_far(kafka_bootstrap, topics["out"]) >= 500, 60, "first results")
     return items, done, service
 
@@ -176,7 +151,7 @@ def test_sigkill_mid_stream_loses_nothing(tmp_path, kafka_bootstrap, topics, gro
     assert first.stop(signal.SIGKILL) == -signal.SIGKILL
     killed_at = _results_so_far(kafka_bootstrap, topics["out"])
     done.wait(60)
-    second = _service(tmp_path, kafka_bootstrap, topics, group_id)
+    second = start_on_topics(tmp_path, kafka_bootstrap, topics, group_id)
     try:
         outputs = read_topic(kafka_bootstrap, topics["out"], expected=len(items), timeout=90)
     finally:
@@ -213,7 +188,7 @@ def test_sigterm_commits_what_was_processed_and_restart_has_no_duplicates(
         assert offsets == set(range(commits[p])), f"partition {p}: gap below the commit"
 
     done.wait(60)
-    second = _service(tmp_path, kafka_bootstrap, topics, group_id)
+    second = start_on_topics(tmp_path, kafka_bootstrap, topics, group_id)
     try:
         outputs = read_topic(kafka_bootstrap, topics["out"], expected=len(items), timeout=90)
     finally:

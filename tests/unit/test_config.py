@@ -316,6 +316,7 @@ def test_require_topics_accepts_distinct_topics():
 
 def run_cli(env: dict[str, str], cwd) -> subprocess.CompletedProcess[str]:
     clean = {k: v for k, v in os.environ.items() if not k.upper().startswith("MICROBATCH_")}
+    clean["MICROBATCH_METRICS__PORT"] = "0"  # never collide with a service running on this host
     return subprocess.run(
         [sys.executable, "-m", "service", "run"],
         env=clean | env,

@@ -1,4 +1,4 @@
-"""The README's configuration reference names every setting the service reads, and only real ones."""
+"""The docs name every setting and metric the service has, and only real ones."""
 
 from __future__ import annotations
 
@@ -6,8 +6,11 @@ import re
 from pathlib import Path
 
 from service.config import Settings, env_name
+from service.metrics import Metrics
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+DEPLOY = ROOT / "docs" / "DEPLOY.md"
 
 
 def settings_env_names() -> set[str]:
@@ -33,3 +36,20 @@ def test_the_readme_names_no_setting_that_does_not_exist():
     named = set(re.findall(r"`(MICROBATCH_[A-Z]+__[A-Z_]+)`", README.read_text()))
     misspelt_on_purpose = {"MICROBATCH_BATCH__MAX_SIZ"}  # the README's example of an unknown setting
     assert named - settings_env_names() == misspelt_on_purpose
+
+
+def exported_metrics() -> dict[str, str]:
+    """The service's own metric families (not the ``process_*`` ones), by the name a scrape shows (a
+    counter with its ``_total``), with their type."""
+    names = {}
+    for family in Metrics().registry.collect():
+        if family.name.startswith("microbatch_"):
+            names[family.name + ("_total" if family.type == "counter" else "")] = family.type
+    return names
+
+
+def test_the_metrics_table_in_deploy_md_matches_the_registry():
+    text = DEPLOY.read_text()
+    table = text[text.index("<!-- metrics-table:begin -->") : text.index("<!-- metrics-table:end -->")]
+    rows = dict(re.findall(r"^\| `(microbatch_[a-z_]+)` \| (\w+) \|", table, re.MULTILINE))
+    assert rows == exported_metrics()

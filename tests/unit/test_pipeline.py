@@ -98,6 +98,7 @@ class FakeSource:
         self.on_exhausted: Callable[[], None] = lambda: None
         self.consume_calls: list[tuple[int, float]] = []
         self.stored: list[dict[TopicPartition, int]] = []
+        self.commit_ok = True
 
     def subscribe(self, topics: list[str], listener) -> None:
         self.events.append(("subscribe", tuple(topics)))
@@ -144,18 +145,22 @@ class FakeSource:
             raise AssertionError(f"unknown script step {step!r}")
         return []
 
-    def lag(self) -> int:
+    def lag(self) -> dict[TopicPartition, int]:
         """Records available now (the head of the script, when it is a list), like librdkafka's
-        prefetched-but-not-consumed count."""
+        prefetched-but-not-consumed count, per partition."""
         head = self.script[0] if self.script else None
-        return len(head) if isinstance(head, list) else 0
+        lag: dict[TopicPartition, int] = {}
+        for record in head if isinstance(head, list) else []:
+            lag[record.tp] = lag.get(record.tp, 0) + 1
+        return lag
 
     def store(self, offsets: dict[TopicPartition, int]) -> None:
         self.events.append(("store", dict(offsets)))
         self.stored.append(dict(offsets))
 
-    def commit(self) -> None:
+    def commit(self) -> bool:
         self.events.append(("commit",))
+        return self.commit_ok
 
     def pause(self) -> None:
         self.events.append(("pause",))
@@ -893,3 +898,49 @@ def test_offload_policy_runs_fast_models_inline_and_slow_ones_on_the_thread():
     assert policy.offload
     policy.observe(0.0006)  # between the thresholds: stays
     assert policy.offload
+
+
+# -- metrics and health -------------------------------------------------------------------------------
+
+
+def metric(r: Rig, name: str, **labels: str) -> float | None:
+    return r.pipeline.metrics.registry.get_sample_value(name, labels)
+
+
+def test_metrics_count_inputs_results_dead_letters_splits_and_commits(rig, clock):
+    records = [rec(0), rec(1, value=b"not json"), *[rec(o) for o in range(2, 8)]]
+    r = rig(
+        [Assign([P0]), records, Do(lambda: clock.advance(2.0)), [rec(8)]],
+        engine=FakeEngine(max_batch=2),
+        max_size=4,
+    )
+    r.source.commit_ok = False  # the final commit fails: counted, not raised
+    r.run()
+    assert metric(r, "microbatch_events_consumed_total") == 9
+    assert metric(r, "microbatch_results_produced_total") == 8
+    assert metric(r, "microbatch_dead_letters_total", reason="invalid_json") == 1
+    assert metric(r, "microbatch_outputs_acknowledged_total") == 9
+    assert metric(r, "microbatch_batch_splits_total") >= 1  # batches of 4 on an engine that holds 2
+    assert metric(r, "microbatch_batch_size_sum") == 8
+    assert metric(r, "microbatch_end_to_end_latency_seconds_count") == 8
+    assert metric(r, "microbatch_commit_failures_total") == 1
+    # The state gauges were published at least once while P0 was assigned.
+    assert metric(r, "microbatch_assigned_partitions") == 1
+    assert metric(r, "microbatch_consumer_lag", topic=IN, partition="0") is not None
+
+
+def test_queue_wait_is_the_oldest_items_wait_until_its_batch_is_cut(rig, clock):
+    # One item arrives and the window (100 ms) runs out before the next: cut 0.1 s after it was consumed.
+    # The second is cut at once by the shutdown that follows it: no wait.
+    r = rig([[rec(0)], At(clock.now + 1.0, [rec(1)])], max_size=4).run()
+    assert metric(r, "microbatch_queue_wait_seconds_count") == 2
+    assert metric(r, "microbatch_queue_wait_seconds_sum") == pytest.approx(0.1, abs=1e-6)
+
+
+def test_the_loop_ticks_health_and_is_not_ready_once_stopping(rig, clock):
+    r = rig([[rec(0)], [rec(1)]], max_size=1)
+    r.pipeline.health.warmed_up = True
+    r.run()
+    assert r.pipeline.health.loop_at is not None
+    assert r.pipeline.health.live()[0] is True
+    assert r.pipeline.health.ready() == (False, "shutting down")
