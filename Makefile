@@ -18,7 +18,7 @@ help:
 	@echo "make chaos       only the fault-injection tests (part of make test)"
 	@echo "make soak        10-minute soak benchmark (not a test)"
 	@echo "make bench       the service against its baselines, side by side (~5 min; BENCH_ARGS=--quick)"
-	@echo "make sweep       batch-size sweep of both reference models (~30 s; bench/results, docs/images)"
+	@echo "make sweep       batch-size sweep of both reference models (~30 s; SWEEP_ARGS=--pipeline ~2 min, needs the broker)"
 	@echo "make models      retrain and export the reference models"
 
 # The venv is rebuilt whenever pyproject.toml changes. uv installs the (large) torch wheels in seconds.
@@ -60,7 +60,8 @@ soak: venv
 	if [ $$started = 1 ]; then $(KAFKA) down; fi; \
 	exit $$rc
 
-# Not a test: throughput and latency per batch size of the engine alone (no broker); see docs/BENCHMARKS.md.
+# Not a test: throughput and latency per batch size of the engine alone (no broker); SWEEP_ARGS=--pipeline
+# also drains the whole service at each size on the broker (start it first: make kafka-up). docs/BENCHMARKS.md.
 sweep: venv
 	@mkdir -p bench/results docs/images
 	@for model in metrics-anomaly log-classifier; do \

@@ -110,9 +110,12 @@ def recommend(
     slo_ms: float | None = None,
     memory_total_bytes: int | None = None,
     memory_fraction: float = DEFAULT_MEMORY_FRACTION,
+    throughput: Sequence[Point] | None = None,
 ) -> Recommendation:
-    """The knee, capped by the SLO and by device memory; see the module contract."""
-    knee = find_knee(points, gain)
+    """The knee, capped by the SLO and by device memory; see the module contract. The knee is read from
+    ``throughput`` when given (the whole service's rates, which can level off long before the engine's),
+    the caps always from ``points``."""
+    knee = find_knee(throughput or points, gain)
     by_slo = slo_cap(points, slo_ms)
     by_memory = memory_cap(points, memory_total_bytes, memory_fraction)
     if by_slo == 0:
@@ -120,7 +123,8 @@ def recommend(
     if by_memory == 0:
         why = f"no size stays under {memory_fraction:.0%} of device memory"
         return Recommendation(None, knee, by_slo, by_memory, why)
-    size, reason = knee.size, "the knee" if knee.found else "no knee yet: the largest size measured"
+    curve = "the whole service's" if throughput else "the"
+    size, reason = knee.size, f"{curve} knee" if knee.found else "no knee yet: the largest size measured"
     if by_slo is not None and by_slo < size:
         size, reason = by_slo, f"the largest size meeting the SLO (p99 <= {slo_ms:g} ms)"
     if by_memory is not None and by_memory < size:

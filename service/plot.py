@@ -45,19 +45,34 @@ def plot_sweep(report: dict, path: Path) -> None:
 
 def _throughput(ax, report: dict, sizes: list[int]) -> None:
     rows, knee, rec = report["rows"], report["knee"], report["recommendation"]
-    ax.plot(sizes, [r["items_per_s"] for r in rows], marker="o", color="tab:blue", label="throughput")
+    ax.plot(sizes, [r["items_per_s"] for r in rows], marker="o", color="tab:blue", label="engine")
+    service = [
+        (r["size"], r["pipeline"]["events_per_s"])
+        for r in rows
+        if (r.get("pipeline") or {}).get("events_per_s")
+    ]
+    if service:
+        ax.plot(*zip(*service, strict=True), marker="^", color="tab:cyan", label="whole service (drain)")
     ax.set_ylabel("items/s")
-    ax.set_ylim(0, 1.12 * max(r["items_per_s"] for r in rows))  # headroom: the star must not be clipped
+    top = max([r["items_per_s"] for r in rows] + [rate for _, rate in service])
+    ax.set_ylim(0, 1.12 * top)  # headroom: the star must not be clipped
     if knee is not None:
-        label = f"knee: {knee['size']}" if knee["found"] else f"no knee up to {knee['size']}"
+        label = f"engine knee: {knee['size']}" if knee["found"] else f"no engine knee up to {knee['size']}"
         ax.axvline(knee["size"], color="gray", linestyle="--", linewidth=1, label=label)
+    service_knee = report.get("pipeline_knee")
+    if service_knee is not None and service_knee["found"]:
+        label = f"service knee: {service_knee['size']}"
+        ax.axvline(service_knee["size"], color="tab:cyan", linestyle=":", linewidth=1, label=label)
     if rec["max_size"] is not None:
-        best = next(r for r in rows if r["size"] == rec["max_size"])
+        # On the curve the recommendation was read from: the whole service's when it was measured.
+        best = dict(service).get(rec["max_size"]) or next(
+            r["items_per_s"] for r in rows if r["size"] == rec["max_size"]
+        )
         ax.plot(
-            [best["size"]], [best["items_per_s"]], marker="*", markersize=14, color="tab:green", linestyle="",
+            [rec["max_size"]], [best], marker="*", markersize=14, color="tab:green", linestyle="",
             label=f"recommended MAX_SIZE: {rec['max_size']}",
         )  # fmt: skip
-    ax.legend(loc="lower right", fontsize=8)
+    ax.legend(loc="upper left", fontsize=8)  # curves rise to the right: small sizes leave room up there
     ax.grid(True, alpha=0.3)
 
 

@@ -47,6 +47,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--out", default=".", help="folder for sweep-<model>.json and .png (default: .)")
     parser.add_argument("--no-plot", action="store_true", help="skip the PNG (and the matplotlib import)")
+    parser.add_argument(
+        "--pipeline",
+        action="store_true",
+        help="also drain a backlog through the whole service at each size, on a broker (reference models)",
+    )
+    parser.add_argument(
+        "--bootstrap",
+        default=None,
+        help="brokers for --pipeline (default MICROBATCH_KAFKA__BOOTSTRAP_SERVERS)",
+    )
+    parser.add_argument(
+        "--drain-seconds", type=float, default=4.0, help="about how long each --pipeline drain lasts (4)"
+    )
 
 
 def run(args: argparse.Namespace, settings) -> int:
@@ -67,7 +80,9 @@ def run(args: argparse.Namespace, settings) -> int:
     out = _out_dir(args.out)  # before the sweep: a bad folder should not cost a whole run
     model_settings = _model_settings(settings, args.model, args.providers)
     engine, processor, model = _load(model_settings, args.providers)
-    pool, inputs = input_pool(processor, _processor_kind(model_settings, engine))
+    kind = _processor_kind(model_settings, engine)
+    bench = _pipeline_bench(args, settings, kind, out) if args.pipeline else None
+    pool, inputs = input_pool(processor, kind)
     memory = DeviceMemory.open(engine.provider)
     try:
         rows, stop = sweep_sizes(engine, processor, pool, sizes, args.seconds, args.slo_ms, memory)
@@ -76,6 +91,12 @@ def run(args: argparse.Namespace, settings) -> int:
             memory.close()
     if not rows and stop["reason"] == "error":
         raise ConfigError("--model", f"the model rejects what its processor feeds it: {stop['detail']}")
+    if bench is not None and rows:
+        from service.sweep_pipeline import measure_pipeline
+
+        figures = measure_pipeline(bench, model.name, kind, [r["size"] for r in rows])
+        for row in rows:
+            row["pipeline"] = figures[row["size"]]
 
     report = build_report(
         model=model,
@@ -95,6 +116,13 @@ def run(args: argparse.Namespace, settings) -> int:
             "model_settings": model_settings.model.model_dump(mode="json"),
             "batch_min_size": settings.batch.min_size,
             "inputs": inputs,
+            "pipeline": None
+            if bench is None
+            else {
+                "bootstrap": bench.options.bootstrap,
+                "drain_seconds": bench.options.drain_s,
+                "partitions": bench.options.partitions,
+            },
         },
     )
     stem = f"sweep-{_file_safe(model.name)}"  # not Path.with_suffix: a dot in the name is no suffix
@@ -132,6 +160,8 @@ def parse_sizes(text: str) -> list[int]:
 def _check_flags(args: argparse.Namespace) -> None:
     from service.errors import ConfigError
 
+    if not args.drain_seconds > 0:
+        raise ConfigError("--drain-seconds", f"must be positive, got {args.drain_seconds}")
     if not args.seconds > 0:
         raise ConfigError("--seconds", f"must be positive, got {args.seconds}")
     if args.slo_ms is not None and not args.slo_ms > 0:
@@ -208,6 +238,21 @@ def _load(settings, providers_flag: str | None):
         if providers_flag is not None and exc.setting == "MICROBATCH_MODEL__PROVIDERS":
             raise ConfigError("--providers", str(exc).split(": ", 1)[1]) from None
         raise
+
+
+def _pipeline_bench(args: argparse.Namespace, settings, kind: str | None, out):
+    """The harness for ``--pipeline``, checked before any measuring: a reference model (its events can be
+    generated) and a broker that answers. Raises ConfigError naming --pipeline, or
+    BrokerUnavailableError."""
+    from service.errors import ConfigError
+    from service.sweep_pipeline import KINDS, open_bench
+
+    if kind not in KINDS:
+        raise ConfigError(
+            "--pipeline", "needs a reference model: the events it drains are generated for them"
+        )
+    bootstrap = args.bootstrap or settings.kafka.bootstrap_servers
+    return open_bench(settings, bootstrap, args.drain_seconds, out / "sweep-logs")
 
 
 # -- inputs -----------------------------------------------------------------------------------------------
@@ -419,14 +464,17 @@ def build_report(*, model, engine, memory, rows: list[dict], stop: dict, setting
 
     from service import knee
 
-    rec = None
+    rec = service = None
     if rows:
+        service = _service_points(rows)
         rec = knee.recommend(
             [_point(r) for r in rows],
             gain=settings["knee_gain"],
             slo_ms=settings["slo_ms"],
             memory_total_bytes=memory.total if memory is not None else None,
+            throughput=service,
         )
+    engine_knee = knee.find_knee([_point(r) for r in rows], settings["knee_gain"]) if rows else None
     return {
         "command": "microbatch sweep",
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -435,7 +483,8 @@ def build_report(*, model, engine, memory, rows: list[dict], stop: dict, setting
         "settings": {**settings, "memory_fraction": knee.DEFAULT_MEMORY_FRACTION},
         "rows": rows,
         "stop": stop,
-        "knee": None if rec is None else {"size": rec.knee.size, "found": rec.knee.found},
+        "knee": None if engine_knee is None else {"size": engine_knee.size, "found": engine_knee.found},
+        "pipeline_knee": None if not service else {"size": rec.knee.size, "found": rec.knee.found},
         "recommendation": {
             "max_size": None if rec is None else rec.size,
             "reason": "nothing was measured" if rec is None else rec.reason,
@@ -444,6 +493,19 @@ def build_report(*, model, engine, memory, rows: list[dict], stop: dict, setting
             "setting": "MICROBATCH_BATCH__MAX_SIZE",
         },
     }
+
+
+def _service_points(rows: list[dict]) -> list | None:
+    """The whole service's throughput per size, over the sizes whose ``--pipeline`` drain finished; None
+    without such figures (the recommendation then reads the engine's curve)."""
+    from service.knee import Point
+
+    points = [
+        Point(r["size"], r["pipeline"]["events_per_s"], r["p50_ms"], r["p99_ms"])
+        for r in rows
+        if (r.get("pipeline") or {}).get("events_per_s")
+    ]
+    return points or None
 
 
 def machine_info(provider: str, memory: DeviceMemory | None) -> dict:
@@ -474,12 +536,14 @@ def format_report(report: dict) -> str:
     machine, settings, rows = report["machine"], report["settings"], report["rows"]
     knee, rec = report["knee"], report["recommendation"]
     gpu = machine["gpu"]
+    pipeline = any(row.get("pipeline") for row in rows)
     lines = [
         f"{report['model']['name']} v{report['model']['version']} on {machine['provider']}"
         + (f" ({gpu['name']})" if gpu else f" ({machine['cpu']}, {machine['cpus_usable']} CPUs)")
         + f", intra-op threads {settings['intra_op_threads'] or 'auto'}, ~{settings['seconds']:g} s per size",
         f"{'size':>6} {'items/s':>11} {'p50 ms':>9} {'p99 ms':>9} {'batches':>8}"
-        + (f" {'GPU MiB':>8}" if gpu else ""),
+        + (f" {'GPU MiB':>8}" if gpu else "")
+        + (f" {'service/s':>10}" if pipeline else ""),
     ]
     for row in rows:
         marks = []
@@ -490,10 +554,15 @@ def format_report(report: dict) -> str:
         if row["meets_slo"] is False:
             marks.append("over SLO")
         memory = row["device_memory_used_bytes"]
+        service = (row.get("pipeline") or {}).get("events_per_s")
+        service_knee = report.get("pipeline_knee") or {}
+        if service_knee.get("found") and row["size"] == service_knee["size"]:
+            marks.append("service knee")
         lines.append(
             f"{row['size']:>6} {row['items_per_s']:>11,.0f} {row['p50_ms']:>9.3f} {row['p99_ms']:>9.3f}"
             f" {row['batches']:>8}"
             + (f" {memory / 2**20:>8,.0f}" if gpu and memory is not None else "")
+            + ((f" {service:>10,.0f}" if service else f" {'n/a':>10}") if pipeline else "")
             + (f"  <- {', '.join(marks)}" if marks else "")
         )
     stop = report["stop"]
@@ -505,6 +574,13 @@ def format_report(report: dict) -> str:
             f"knee: {knee['size']} (beyond it, doubling the batch gains less than {gain} throughput)"
             if knee["found"]
             else f"knee: not reached up to {knee['size']} (doubling still gained >= {gain}); try larger sizes"
+        )
+    service_knee = report.get("pipeline_knee")
+    if service_knee:
+        lines.append(
+            f"whole service (service/s, backlog drains): knee {service_knee['size']}"
+            if service_knee["found"]
+            else f"whole service: no knee up to {service_knee['size']}"
         )
     if settings["slo_ms"] is not None and rec["slo_cap"] is not None:
         lines.append(f"SLO p99 <= {settings['slo_ms']:g} ms: met up to size {rec['slo_cap']}")

@@ -360,6 +360,7 @@ class Bench:
                 # Frequent stats lines: the service's padding efficiency is read from them.
                 "LOG__STATS_INTERVAL_S": "2",
                 **overrides,
+                **dict(scenario.env),
             },
         )
 

@@ -54,6 +54,9 @@ class Scenario:
     max_batch_size: int | None = None
     """``BATCH__MAX_SIZE`` for every system of the scenario (the service, and raw ONNX Runtime's batches);
     None keeps the settings' own. Part of the scenario, as a user would set it after ``microbatch sweep``."""
+    env: tuple[tuple[str, str], ...] = ()
+    """Further settings for every system, ``("BATCH__ADAPTIVE", "false")`` style; they win over all others
+    (``microbatch sweep --pipeline`` pins the batch size with them)."""
 
 
 def _service(hint: float) -> System:

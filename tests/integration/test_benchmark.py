@@ -113,3 +113,28 @@ def test_tables_are_printed_and_no_topic_is_left_behind(quick_run):
     assert "| system | events/s |" in stdout
     assert "| ratio or target |" in stdout
     assert left == set()
+
+
+def test_sweep_pipeline_drains_the_real_service_at_each_size(kafka_bootstrap, tmp_path):
+    """``microbatch sweep --pipeline``: the service, pinned to each batch size, drains a backlog on the real
+    broker; every drain finishes with every input answered, in batches of exactly that size."""
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    before = bench_topics(admin)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MICROBATCH_")}
+    command = [sys.executable, "-m", "service", "sweep", "--model", "log-classifier", "--sizes", "2,8"]
+    command += ["--seconds", "0.1", "--no-plot", "--pipeline", "--drain-seconds", "0.5"]
+    command += ["--bootstrap", kafka_bootstrap, "--out", str(tmp_path)]
+    proc = subprocess.run(
+        command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=BENCH_TIMEOUT_S, check=False
+    )
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stderr[-4000:]}"
+    report = json.loads((tmp_path / "sweep-log-classifier.json").read_text())
+    for row in report["rows"]:
+        service = row["pipeline"]
+        assert service["complete"] is True, row
+        assert service["events_per_s"] > 0
+        assert service["mean_batch_size"] == pytest.approx(row["size"], abs=0.5)  # pinned, not adapted
+    assert report["settings"]["pipeline"]["bootstrap"] == kafka_bootstrap
+    assert report["pipeline_knee"]["size"] in {2, 8}
+    assert "service/s" in proc.stdout
+    assert bench_topics(admin) == before  # every drain's topics were deleted

@@ -228,3 +228,16 @@ def test_an_oom_stop_keeps_the_sizes_before_it():
     measured = curve({1: 100, 2: 200, 4: 400})  # 8 ran out of memory
     rec = recommend(measured)
     assert (rec.size, rec.knee.found) == (4, False)
+
+
+def test_the_knee_can_come_from_another_curve_while_the_caps_stay_on_the_engines():
+    engine = curve({1: 100, 2: 101, 4: 102, 8: 103}, p99={1: 1, 2: 1, 4: 1, 8: 50})
+    service = curve({1: 10, 2: 20, 4: 40, 8: 80})  # still doubling: no knee up to 8
+    assert recommend(engine).size == 1
+    rec = recommend(engine, throughput=service)
+    assert (rec.knee.size, rec.knee.found, rec.size) == (8, False, 8)
+    capped = recommend(engine, throughput=service, slo_ms=10)
+    assert (capped.size, capped.slo_cap) == (4, 4)
+    assert (
+        recommend(engine, throughput=curve({1: 10, 2: 20, 4: 21, 8: 22})).reason == "the whole service's knee"
+    )

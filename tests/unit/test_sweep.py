@@ -308,3 +308,121 @@ def test_the_plot_has_a_memory_panel_when_memory_was_measured(tmp_path):
     }
     plot_sweep(report, tmp_path / "gpu.png")
     assert (tmp_path / "gpu.png").read_bytes()[:8] == PNG_MAGIC
+
+
+# -- --pipeline: the pure parts and the flags (the drains themselves: tests/integration) ---------------
+
+
+def test_pipeline_needs_a_reference_model(tmp_path, capsys):
+    path = MODELS_DIR / "metrics-anomaly.onnx"
+    rc = run_sweep(tmp_path, "--model", str(path), "--sizes", "1", "--seconds", "0.05", "--pipeline")
+    assert rc == 2
+    assert "--pipeline" in capsys.readouterr().err
+
+
+def test_a_bad_drain_time_exits_2_naming_the_flag(tmp_path, capsys):
+    rc = run_sweep(tmp_path, "--model", "metrics-anomaly", "--pipeline", "--drain-seconds", "0")
+    assert rc == 2
+    assert "--drain-seconds" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("rate", "size", "events"),
+    [(60_000.0, 1, 15_000), (60_000.0, 8, 120_000), (60_000.0, 16, 240_000), (60_000.0, 256, 240_000),
+     (4_000.0, 1, 2_000)],
+)  # fmt: skip
+def test_pipeline_backlogs_shrink_with_small_batches_and_never_below_the_minimum(rate, size, events):
+    from service.sweep_pipeline import backlog_events
+
+    assert backlog_events(rate, size, 4.0) == events
+
+
+def _rows_with_service(service_rates: dict[int, float | None]) -> list[dict]:
+    """Engine throughput that never flattens (no engine knee), and the given whole-service rates."""
+    return [
+        {"size": s, "items_per_s": 1000.0 * s, "p50_ms": 0.1, "p99_ms": 0.2, "batches": 9, "mean_ms": 0.1,
+         "meets_slo": None, "device_memory_used_bytes": None,
+         "pipeline": {"events_per_s": rate, "complete": rate is not None, "cpu_percent": 90.0,
+                      "mean_batch_size": float(s)}}
+        for s, rate in service_rates.items()
+    ]  # fmt: skip
+
+
+def _report(rows: list[dict]) -> dict:
+    engine = SimpleNamespace(path=Path("m.onnx"), provider="CPUExecutionProvider")
+    settings = {"knee_gain": 0.10, "slo_ms": None, "seconds": 1.0, "intra_op_threads": 0, "batch_min_size": 4}
+    model = SimpleNamespace(name="m", version="1")
+    stop = {"reason": "completed"}
+    return sweep.build_report(
+        model=model, engine=engine, memory=None, rows=rows, stop=stop, settings=settings
+    )
+
+
+def test_the_whole_services_knee_caps_the_recommendation():
+    report = _report(_rows_with_service({4: 20_000.0, 8: 40_000.0, 16: 60_000.0, 32: 63_000.0, 64: 64_000.0}))
+    assert report["knee"] == {"size": 64, "found": False}  # the engine alone keeps gaining
+    assert report["pipeline_knee"] == {"size": 16, "found": True}  # 16 -> 32 gained only 5%
+    assert report["recommendation"]["max_size"] == 16
+    assert report["recommendation"]["reason"] == "the whole service's knee"
+    table = sweep.format_report(report)
+    assert "service/s" in table and "60,000" in table
+    assert "<- recommended, service knee" in table
+
+
+def test_the_service_knee_wins_even_above_the_engine_knee_but_the_slo_still_caps_it():
+    # Bucketing makes the service gain from sizes where the engine alone, fed in arrival order, has
+    # levelled off (log-classifier: engine knee 4, service knee 32).
+    rows = _rows_with_service({4: 4_000.0, 8: 6_000.0, 16: 7_000.0, 32: 8_000.0, 64: 8_200.0})
+    for row, engine in zip(rows, (4_000.0, 4_100.0, 4_150.0, 4_200.0, 4_250.0), strict=True):
+        row["items_per_s"] = engine
+    report = _report(rows)
+    assert report["knee"] == {"size": 4, "found": True}
+    assert report["pipeline_knee"] == {"size": 32, "found": True}
+    assert report["recommendation"]["max_size"] == 32
+    rows[3]["p99_ms"] = rows[4]["p99_ms"] = 99.0  # sizes 32 and 64 now break a 1 ms SLO
+    capped = sweep.build_report(
+        model=SimpleNamespace(name="m", version="1"),
+        engine=SimpleNamespace(path=Path("m.onnx"), provider="CPUExecutionProvider"),
+        memory=None,
+        rows=rows,
+        stop={"reason": "completed"},
+        settings={
+            "knee_gain": 0.10,
+            "slo_ms": 1.0,
+            "seconds": 1.0,
+            "intra_op_threads": 0,
+            "batch_min_size": 4,
+        },
+    )
+    assert capped["recommendation"]["max_size"] == 16
+
+
+def test_a_drain_that_did_not_finish_is_left_out_of_the_service_knee():
+    report = _report(_rows_with_service({4: 20_000.0, 8: None, 16: 60_000.0}))
+    assert report["pipeline_knee"] == {"size": 16, "found": False}
+    assert " n/a" in sweep.format_report(report)
+
+
+def test_without_pipeline_figures_there_is_no_service_knee():
+    rows = _rows_with_service({4: 1.0})
+    del rows[0]["pipeline"]
+    report = _report(rows)
+    assert report["pipeline_knee"] is None
+    assert "service/s" not in sweep.format_report(report)
+
+
+def test_scenario_settings_win_over_every_other_setting_of_a_bench_child(monkeypatch):
+    from service.benchmark.runner import Bench, Options
+    from service.benchmark.scenarios import SERVICE, Scenario, System
+    from service.config import Settings
+
+    monkeypatch.setenv("MICROBATCH_BATCH__ADAPTIVE", "true")
+    options = Options("A", False, "127.0.0.1:1", 4, 1.0, 1.0, 0.0, 0.5, 1, 1, Path("x.json"), Path("."))
+    bench = Bench(options, Settings())
+    service = System(SERVICE, "s", ("service", "run"), True, 1.0)
+    pinned = (("BATCH__MIN_SIZE", "8"), ("BATCH__MAX_SIZE", "8"), ("BATCH__ADAPTIVE", "false"))
+    scenario = Scenario("k", "t", "metrics-anomaly", "metrics", (service,), (), max_batch_size=8, env=pinned)
+    env = bench.env(scenario, service, {"KAFKA__GROUP_ID": "g"})
+    assert env["MICROBATCH_BATCH__ADAPTIVE"] == "false"
+    assert (env["MICROBATCH_BATCH__MIN_SIZE"], env["MICROBATCH_BATCH__MAX_SIZE"]) == ("8", "8")
+    assert env["MICROBATCH_KAFKA__GROUP_ID"] == "g"

@@ -1,0 +1,93 @@
+"""``microbatch sweep --pipeline``: the whole service per batch size, on a real broker.
+
+The engine sweep times ``prepare`` + preprocess + ``run`` + postprocess alone, which overstates what a
+large batch is worth when Kafka, decoding and result encoding cost as much as the model (a tiny model's
+engine knee is far above the service's). So for each batch size the engine sweep measured, the real service
+(``python -m service run``, its own process, exactly as ``microbatch bench`` runs it) drains a backlog of
+generated events with the batch size pinned: ``MIN_SIZE = MAX_SIZE = size``, adaptive off. Its rate is
+measured the bench's way, from the first to the last output timestamp, on fresh topics that are deleted
+afterwards. Only reference models qualify: their events can be generated.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+# What a processor kind eats, as the generator names it, and a rough service rate at batches of 16 on a
+# small CPU machine: it only sizes each backlog to about ``drain_s`` seconds of work.
+KINDS = {"features": ("metrics", 60_000.0), "text": ("logs", 4_000.0)}
+_MIN_EVENTS = 2_000
+_POOL_EVENTS = 20_000
+_REFERENCE_SIZE = 16
+
+
+def backlog_events(rate_at_16: float, size: int, drain_s: float) -> int:
+    """How many events give about ``drain_s`` seconds of work at batch ``size``. Small batches are slower
+    (per-batch overhead), so the backlog shrinks with them; never below :data:`_MIN_EVENTS`."""
+    return max(_MIN_EVENTS, round(rate_at_16 * drain_s * min(1.0, size / _REFERENCE_SIZE)))
+
+
+def open_bench(settings: Any, bootstrap: str, drain_s: float, log_dir: Path) -> Any:
+    """The bench harness the drains run in, once a broker answers at ``bootstrap``. Raises
+    BrokerUnavailableError otherwise, before any measuring starts."""
+    from service.benchmark.runner import Bench, Options
+
+    options = Options(
+        scenario="sweep",
+        quick=False,
+        bootstrap=bootstrap,
+        partitions=4,
+        drain_s=drain_s,
+        latency_s=0.0,
+        settle_s=0.0,
+        latency_load=0.5,
+        latency_repeats=0,
+        seed=1,
+        out=log_dir / "unused.json",
+        log_dir=log_dir,
+    )
+    bench = Bench(options, settings)
+    bench.check_broker()
+    return bench
+
+
+def measure_pipeline(bench: Any, model: str, kind: str, sizes: list[int]) -> dict[int, dict[str, Any]]:
+    """Drain a backlog through the service at each of ``sizes``; ``{size: figures}`` with ``events_per_s``
+    (None when the drain did not finish), ``complete``, ``cpu_percent``, ``mean_batch_size``."""
+    from tqdm import tqdm
+
+    from service.benchmark.scenarios import SERVICE, Scenario, System
+    from service.benchmark.workload import cycle, make_events
+
+    generated, rate_at_16 = KINDS[kind]
+    drain_s = bench.options.drain_s
+    service = System(SERVICE, "service (whole pipeline)", ("service", "run"), True, rate_at_16)
+    pool = make_events(generated, _POOL_EVENTS, bench.options.seed)
+    figures: dict[int, dict[str, Any]] = {}
+    for size in tqdm(sizes, desc="pipeline", unit="size", leave=False):
+        pinned = (
+            ("BATCH__MIN_SIZE", str(size)),
+            ("BATCH__MAX_SIZE", str(size)),
+            ("BATCH__ADAPTIVE", "false"),
+        )
+        scenario = Scenario(
+            key=f"sweep{size}",
+            title="batch-size sweep, whole pipeline",
+            model=model,
+            kind=generated,
+            systems=(service,),
+            ratios=(),
+            max_batch_size=size,
+            env=pinned,
+        )
+        phase = bench.throughput_phase(
+            scenario, service, cycle(pool, backlog_events(rate_at_16, size, drain_s))
+        )
+        figures[size] = {
+            "events_per_s": phase["events_per_s"] if phase["complete"] else None,
+            "complete": phase["complete"],
+            "cpu_percent": phase["cpu_percent"],
+            "mean_batch_size": phase["mean_batch_size"],
+        }
+    return figures
