@@ -34,7 +34,7 @@ from service.stats import Stats
 _log = structlog.get_logger("microbatch.pipeline")
 
 _INFLIGHT_POLL_S = 0.001
-_LAG_REFRESH_S = 0.1  # reading it takes the client's partition locks: not per batch
+_LAG_REFRESH_S = 0.1
 _STATE_INTERVAL_S = 1.0  # how often the state gauges (lag per partition, partitions, ...) are set
 
 
@@ -270,18 +270,25 @@ class Pipeline:
         self.stats.results_out += len(event_ms)
         latencies_ms = produced_ms - np.asarray(event_ms, dtype=np.float64)
         self.stats.batch(len(batch), latencies_ms, padding)
-        waited = started - min(d.record.received for d in batch) if batch else 0.0
-        self.metrics.batch(len(batch), waited, run_s, latencies_ms / 1000, padding)
+        # The batcher hands batches over in arrival order, its oldest waiting item first.
+        self.metrics.batch(
+            len(batch), started - batch[0].record.received, run_s, latencies_ms / 1000, padding
+        )
         busy = self._busy.observe(service_s, now)
         self._batcher.max_size = self._sizer.observe(len(batch), service_s, self._backlog(), busy).target
 
     def _backlog(self) -> int:
-        """Messages waiting: consumed but not batched, plus the consumer lag (refreshed every 100 ms)."""
+        """Messages waiting: consumed but not batched, plus the consumer lag."""
+        self._refresh_lag()
+        return self._lag_total + len(self._batcher)
+
+    def _refresh_lag(self) -> None:
+        """Re-read the lag per partition when the copy is over 100 ms old (the read takes the client's
+        partition locks: not per batch)."""
         now = self._clock()
         if now - self._lag_at >= _LAG_REFRESH_S:
             self._lag, self._lag_at = self._source.lag(), now
             self._lag_total = sum(self._lag.values())
-        return self._lag_total + len(self._batcher)
 
     def _infer(self, batch: Sequence[Decoded]) -> Iterator[tuple[Decoded, ResultOrError]]:
         """Yield (item, result) for every item, running the batch here (not on the engine thread)."""
@@ -368,13 +375,12 @@ class Pipeline:
                 _log.warning("consumer_paused", in_flight=in_flight, limit=limit)
 
     def _publish_state(self) -> None:
-        """Set the state gauges about once a second (reading the lag per partition costs a few us each)."""
+        """Set the state gauges about once a second."""
         now = self._clock()
         if now - self._state_at < _STATE_INTERVAL_S:
             return
         self._state_at = now
-        self._lag, self._lag_at = self._source.lag(), now
-        self._lag_total = sum(self._lag.values())
+        self._refresh_lag()
         assigned = len(self._assigned)
         self.health.assigned = assigned
         self.metrics.state(

@@ -80,9 +80,8 @@ def run(args: argparse.Namespace, settings) -> int:
     out = _out_dir(args.out)  # before the sweep: a bad folder should not cost a whole run
     model_settings = _model_settings(settings, args.model, args.providers)
     engine, processor, model = _load(model_settings, args.providers)
-    kind = _processor_kind(model_settings, engine)
-    bench = _pipeline_bench(args, settings, kind, out) if args.pipeline else None
-    pool, inputs = input_pool(processor, kind)
+    bench, base = _pipeline_bench(args, settings, model_settings, out) if args.pipeline else (None, None)
+    pool, inputs = input_pool(processor, _processor_kind(model_settings, engine))
     memory = DeviceMemory.open(engine.provider)
     try:
         rows, stop = sweep_sizes(engine, processor, pool, sizes, args.seconds, args.slo_ms, memory)
@@ -94,7 +93,7 @@ def run(args: argparse.Namespace, settings) -> int:
     if bench is not None and rows:
         from service.sweep_pipeline import measure_pipeline
 
-        figures = measure_pipeline(bench, model.name, kind, [r["size"] for r in rows])
+        figures = measure_pipeline(bench, base, [r["size"] for r in rows])
         for row in rows:
             row["pipeline"] = figures[row["size"]]
 
@@ -240,19 +239,20 @@ def _load(settings, providers_flag: str | None):
         raise
 
 
-def _pipeline_bench(args: argparse.Namespace, settings, kind: str | None, out):
-    """The harness for ``--pipeline``, checked before any measuring: a reference model (its events can be
-    generated) and a broker that answers. Raises ConfigError naming --pipeline, or
-    BrokerUnavailableError."""
+def _pipeline_bench(args: argparse.Namespace, settings, model_settings, out):
+    """The harness for ``--pipeline`` and the bench scenario of the model, checked before any measuring: a
+    reference model (its events can be generated) and a broker that answers. Raises ConfigError naming
+    --pipeline, or BrokerUnavailableError."""
     from service.errors import ConfigError
-    from service.sweep_pipeline import KINDS, open_bench
+    from service.sweep_pipeline import open_bench, scenario_for
 
-    if kind not in KINDS:
+    base = None if model_settings.model.path is not None else scenario_for(model_settings.model.name)
+    if base is None:
         raise ConfigError(
             "--pipeline", "needs a reference model: the events it drains are generated for them"
         )
     bootstrap = args.bootstrap or settings.kafka.bootstrap_servers
-    return open_bench(settings, bootstrap, args.drain_seconds, out / "sweep-logs")
+    return open_bench(settings, bootstrap, args.drain_seconds, out / "sweep-logs"), base
 
 
 # -- inputs -----------------------------------------------------------------------------------------------

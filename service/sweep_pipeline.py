@@ -11,21 +11,28 @@ afterwards. Only reference models qualify: their events can be generated.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
-# What a processor kind eats, as the generator names it, and a rough service rate at batches of 16 on a
-# small CPU machine: it only sizes each backlog to about ``drain_s`` seconds of work.
-KINDS = {"features": ("metrics", 60_000.0), "text": ("logs", 4_000.0)}
 _MIN_EVENTS = 2_000
 _POOL_EVENTS = 20_000
 _REFERENCE_SIZE = 16
 
 
-def backlog_events(rate_at_16: float, size: int, drain_s: float) -> int:
-    """How many events give about ``drain_s`` seconds of work at batch ``size``. Small batches are slower
-    (per-batch overhead), so the backlog shrinks with them; never below :data:`_MIN_EVENTS`."""
-    return max(_MIN_EVENTS, round(rate_at_16 * drain_s * min(1.0, size / _REFERENCE_SIZE)))
+def scenario_for(model: str | None) -> Any:
+    """The bench scenario serving reference model ``model`` (its event kind and its service system), or
+    None for any other model."""
+    from service.benchmark.scenarios import SCENARIOS
+
+    return next((s for s in SCENARIOS.values() if s.model == model), None)
+
+
+def backlog_events(rate_hint: float, size: int, drain_s: float) -> int:
+    """How many events give about ``drain_s`` seconds of work at batch ``size``, from the service's rough
+    rate at full-size batches. Small batches are slower (per-batch overhead), so the backlog shrinks below
+    16; never below :data:`_MIN_EVENTS`."""
+    return max(_MIN_EVENTS, round(rate_hint * drain_s * min(1.0, size / _REFERENCE_SIZE)))
 
 
 def open_bench(settings: Any, bootstrap: str, drain_s: float, log_dir: Path) -> Any:
@@ -52,38 +59,34 @@ def open_bench(settings: Any, bootstrap: str, drain_s: float, log_dir: Path) -> 
     return bench
 
 
-def measure_pipeline(bench: Any, model: str, kind: str, sizes: list[int]) -> dict[int, dict[str, Any]]:
-    """Drain a backlog through the service at each of ``sizes``; ``{size: figures}`` with ``events_per_s``
-    (None when the drain did not finish), ``complete``, ``cpu_percent``, ``mean_batch_size``."""
+def measure_pipeline(bench: Any, base: Any, sizes: list[int]) -> dict[int, dict[str, Any]]:
+    """Drain a backlog through the service of scenario ``base`` at each of ``sizes``; ``{size: figures}``
+    with ``events_per_s`` (None when the drain did not finish), ``complete``, ``cpu_percent``,
+    ``mean_batch_size``."""
     from tqdm import tqdm
 
-    from service.benchmark.scenarios import SERVICE, Scenario, System
+    from service.benchmark.scenarios import SERVICE
     from service.benchmark.workload import cycle, make_events
 
-    generated, rate_at_16 = KINDS[kind]
-    drain_s = bench.options.drain_s
-    service = System(SERVICE, "service (whole pipeline)", ("service", "run"), True, rate_at_16)
-    pool = make_events(generated, _POOL_EVENTS, bench.options.seed)
+    service = next(system for system in base.systems if system.name == SERVICE)
+    pool = make_events(base.kind, _POOL_EVENTS, bench.options.seed)
     figures: dict[int, dict[str, Any]] = {}
     for size in tqdm(sizes, desc="pipeline", unit="size", leave=False):
-        pinned = (
-            ("BATCH__MIN_SIZE", str(size)),
-            ("BATCH__MAX_SIZE", str(size)),
-            ("BATCH__ADAPTIVE", "false"),
-        )
-        scenario = Scenario(
+        scenario = dataclasses.replace(
+            base,
             key=f"sweep{size}",
-            title="batch-size sweep, whole pipeline",
-            model=model,
-            kind=generated,
             systems=(service,),
             ratios=(),
             max_batch_size=size,
-            env=pinned,
+            # Over the caller's MICROBATCH_BATCH__* too: the size is what is being measured.
+            env=(
+                ("BATCH__MIN_SIZE", str(size)),
+                ("BATCH__MAX_SIZE", str(size)),
+                ("BATCH__ADAPTIVE", "false"),
+            ),
         )
-        phase = bench.throughput_phase(
-            scenario, service, cycle(pool, backlog_events(rate_at_16, size, drain_s))
-        )
+        events = cycle(pool, backlog_events(service.rate_hint, size, bench.options.drain_s))
+        phase = bench.throughput_phase(scenario, service, events)
         figures[size] = {
             "events_per_s": phase["events_per_s"] if phase["complete"] else None,
             "complete": phase["complete"],

@@ -29,7 +29,7 @@ from tests.integration.harness import (
     committed,
     end_offsets,
     read_topic,
-    start_service,
+    start_on_topics,
     wait_for,
 )
 
@@ -148,17 +148,7 @@ def _wait_assigned(service: ServiceProcess, topic: str) -> None:
 
 
 def _service(tmp_path, bootstrap, topics, group_id, **extra) -> ServiceProcess:
-    return start_service(
-        tmp_path,
-        kafka__bootstrap_servers=bootstrap,
-        kafka__group_id=group_id,
-        input__topics=topics["in"],
-        output__topic=topics["out"],
-        dlq__topic=topics["dlq"],
-        model__name="metrics-anomaly",
-        log__stats_interval_s="2",
-        **extra,
-    )
+    return start_on_topics(tmp_path, bootstrap, topics, group_id, log__stats_interval_s="2", **extra)
 
 
 def _result_source(rec: Output) -> Coord:

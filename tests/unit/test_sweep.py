@@ -320,6 +320,17 @@ def test_pipeline_needs_a_reference_model(tmp_path, capsys):
     assert "--pipeline" in capsys.readouterr().err
 
 
+def test_each_reference_model_drains_the_events_of_its_bench_scenario():
+    from service.reference import reference_names
+    from service.sweep_pipeline import scenario_for
+
+    assert {name: scenario_for(name).kind for name in reference_names()} == {
+        "metrics-anomaly": "metrics",
+        "log-classifier": "logs",
+    }
+    assert scenario_for("my-model") is None
+
+
 def test_a_bad_drain_time_exits_2_naming_the_flag(tmp_path, capsys):
     rc = run_sweep(tmp_path, "--model", "metrics-anomaly", "--pipeline", "--drain-seconds", "0")
     assert rc == 2
