@@ -12,7 +12,7 @@ BENCH_ARGS ?=
 
 help:
 	@echo "make demo        run both reference models on a local broker with generated traffic (~1 min)"
-	@echo "make test        install everything, lint, and run the whole test suite"
+	@echo "make test        install everything, lint (ruff, mypy), and run the whole test suite"
 	@echo "make kafka-up    start the local Apache Kafka broker (127.0.0.1:\$${KAFKA_PORT:-9092})"
 	@echo "make kafka-down  stop it"
 	@echo "make chaos       only the fault-injection tests (part of make test)"
@@ -30,9 +30,12 @@ $(BIN)/.installed: pyproject.toml
 
 venv: $(BIN)/.installed
 
+# ruff (lint and format), then the type checker: strict on the run path, which holds the real clients,
+# engine and telemetry to the Protocols the loop drives (pyproject.toml, [tool.mypy]).
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 format: venv
 	$(BIN)/ruff format .

@@ -16,89 +16,67 @@ import subprocess
 import sys
 import time
 import uuid
+from pathlib import Path
 from statistics import median
 
-from confluent_kafka import Consumer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from service.tools.processes import settings_env, start
+from service.tools.reader import read_at_least
+from service.tools.topics import TopicAdmin, Watermarks
 
 BOOTSTRAP = os.environ.get("MICROBATCH_KAFKA__BOOTSTRAP_SERVERS", "127.0.0.1:9092")
+CLIENT = {"bootstrap.servers": BOOTSTRAP}
 PARTITIONS = 4
 BIN = os.path.join(os.path.dirname(sys.executable), "microbatch")
 
 
-def create(admin: AdminClient, *topics: str) -> None:
-    for future in admin.create_topics([NewTopic(t, PARTITIONS, 1) for t in topics]).values():
-        future.result()
-
-
-def end_offsets(consumer: Consumer, topic: str) -> int:
-    try:
-        return sum(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=5)[1] for p in range(4))
-    except Exception:  # a topic this new may not have a leader yet
-        return 0
-
-
-def output_timestamps(topic: str, count: int) -> list[int]:
-    reader = Consumer({"bootstrap.servers": BOOTSTRAP, "group.id": f"read-{topic}"})
-    reader.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
-    stamps: list[int] = []
-    while len(stamps) < count:
-        stamps += [m.timestamp()[1] for m in reader.consume(10_000, 2.0) if m.error() is None]
-    reader.close()
-    return sorted(stamps)
-
-
 def service_env(topic: str, out: str, model: str, setting: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MICROBATCH_")}
-    env |= {
-        "MICROBATCH_KAFKA__BOOTSTRAP_SERVERS": BOOTSTRAP,
-        "MICROBATCH_INPUT__TOPICS": topic,
-        "MICROBATCH_OUTPUT__TOPIC": out,
-        "MICROBATCH_DLQ__TOPIC": out + "-dlq",
-        "MICROBATCH_MODEL__NAME": model,
-        "MICROBATCH_KAFKA__GROUP_ID": out,
-        "MICROBATCH_LOG__FORMAT": "json",
-        "MICROBATCH_METRICS__PORT": "0",
-    }
-    env |= dict(pair.split("=", 1) for pair in setting.split())
-    return env
+    """The service on ``topic`` -> ``out`` serving ``model``, plus the ``VAR=VALUE ...`` of ``setting``."""
+    env = settings_env(
+        {
+            "kafka__bootstrap_servers": BOOTSTRAP,
+            "input__topics": topic,
+            "output__topic": out,
+            "dlq__topic": out + "-dlq",
+            "model__name": model,
+            "kafka__group_id": out,
+            "log__format": "json",
+            "metrics__port": 0,
+        }
+    )
+    return env | dict(pair.split("=", 1) for pair in setting.split())
 
 
-def drain(admin: AdminClient, probe: Consumer, topic: str, events: int, model: str, setting: str) -> float:
+def drain(admin: TopicAdmin, topic: str, events: int, model: str, setting: str) -> float:
     out = f"{topic}-{uuid.uuid4().hex[:4]}"
-    create(admin, out, out + "-dlq")
-    with open(f"/tmp/{out}.log", "w") as log:
-        child = subprocess.Popen(
-            [sys.executable, "-m", "service", "run"],
-            env=service_env(topic, out, model, setting),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        deadline = time.monotonic() + 600
-        while end_offsets(probe, out) < events and time.monotonic() < deadline:
+    admin.create([out, out + "-dlq"], PARTITIONS)
+    child = start(("service", "run"), service_env(topic, out, model, setting), Path(f"/tmp/{out}.log"))
+    watermarks = Watermarks(CLIENT)
+    try:
+        while watermarks.count(out, PARTITIONS) < events and child.alive():
             time.sleep(0.2)
-        child.terminate()
-        child.wait()
-    stamps = output_timestamps(out, events)
+    finally:
+        watermarks.close()
+        child.stop()
+    outputs = read_at_least(CLIENT, out, events, timeout_s=600, settle_s=0)
+    stamps = sorted(r.timestamp_ms or 0 for r in outputs)
     first = len(stamps) // 100
-    admin.delete_topics([out, out + "-dlq"])
+    admin.delete([out, out + "-dlq"])
     return (len(stamps) - first) / max((stamps[-1] - stamps[first]) / 1000, 1e-3)
 
 
 def main(argv: list[str]) -> int:
     kind, model, events, repeats, settings = argv[0], argv[1], int(argv[2]), int(argv[3]), argv[4:] or [""]
-    admin = AdminClient({"bootstrap.servers": BOOTSTRAP})
-    probe = Consumer({"bootstrap.servers": BOOTSTRAP, "group.id": "compare-drain-probe"})
+    admin = TopicAdmin(CLIENT)
     topic = f"drain-{uuid.uuid4().hex[:6]}"
-    create(admin, topic)
+    admin.create([topic], PARTITIONS)
     produce = [BIN, "produce", "--kind", kind, "--topic", topic, "--count", str(events), "--seed", "3"]
     subprocess.run(produce, check=True, capture_output=True)
     rates: dict[str, list[float]] = {s: [] for s in settings}
     for _ in range(repeats):
         for setting in settings:
-            rates[setting].append(drain(admin, probe, topic, events, model, setting))
+            rates[setting].append(drain(admin, topic, events, model, setting))
             print(f"{setting or '(defaults)'}: {rates[setting][-1]:,.0f} events/s", flush=True)
-    admin.delete_topics([topic])
+    admin.delete([topic])
     for setting, values in rates.items():
         runs = [round(v) for v in values]
         print(f"median {median(values):>10,.0f} events/s  {setting or '(defaults)'}  {runs}")

@@ -15,63 +15,57 @@ import subprocess
 import sys
 import time
 import uuid
+from pathlib import Path
 
 import msgspec
 import numpy as np
-from confluent_kafka import Consumer, TopicPartition
-from confluent_kafka.admin import AdminClient
 
-sys.path.insert(0, os.path.dirname(__file__))
-from compare_drain import BIN, BOOTSTRAP, PARTITIONS, create, service_env
+from service.tools.processes import start
+from service.tools.reader import read_at_least
+from service.tools.topics import TopicAdmin
+
+sys.path.insert(0, os.path.dirname(__file__))  # the sibling script's settings helper
+from compare_drain import BIN, CLIENT, PARTITIONS, service_env
 
 SKIP_MS = 2000
 
 
-def run(admin: AdminClient, kind: str, model: str, rate: float, seconds: float, setting: str) -> str:
+def run(admin: TopicAdmin, kind: str, model: str, rate: float, seconds: float, setting: str) -> str:
     topic = f"latency-{uuid.uuid4().hex[:6]}"
-    create(admin, topic, topic + "-out", topic + "-out-dlq")
+    admin.create([topic, topic + "-out", topic + "-out-dlq"], PARTITIONS)
     count = int(rate * seconds)
-    with open(f"/tmp/{topic}.log", "w") as log:
-        child = subprocess.Popen(
-            [sys.executable, "-m", "service", "run"],
-            env=service_env(topic, topic + "-out", model, setting),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+    child = start(
+        ("service", "run"), service_env(topic, topic + "-out", model, setting), Path(f"/tmp/{topic}.log")
+    )
+    try:
         time.sleep(6)  # start-up: model load, warm-up, group join
         produce = [BIN, "produce", "--kind", kind, "--topic", topic, "--count", str(count)]
         subprocess.run([*produce, "--rate", str(rate), "--seed", "5"], check=True, capture_output=True)
         samples = read_results(topic + "-out", count)
-        child.terminate()
-        child.wait()
-    admin.delete_topics([topic, topic + "-out", topic + "-out-dlq"])
+    finally:
+        child.stop()
+    admin.delete([topic, topic + "-out", topic + "-out-dlq"])
     samples.sort()
-    start = samples[0][0] + SKIP_MS
-    latency = np.array([lat for event, lat, _ in samples if event >= start])
-    sizes = np.array([size for event, _, size in samples if event >= start])
+    start_ms = samples[0][0] + SKIP_MS
+    latency = np.array([lat for event, lat, _ in samples if event >= start_ms])
+    sizes = np.array([size for event, _, size in samples if event >= start_ms])
     p50, p95, p99 = np.percentile(latency, [50, 95, 99])
     return f"n={len(latency)} p50={p50:.0f} p95={p95:.0f} p99={p99:.0f} ms mean_batch={sizes.mean():.1f}"
 
 
 def read_results(topic: str, count: int) -> list[tuple[int, int, int]]:
     """(event_ms, latency_ms, batch_size) of every result, waiting up to a minute for all of them."""
-    reader = Consumer({"bootstrap.servers": BOOTSTRAP, "group.id": f"read-{topic}"})
-    reader.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
     samples: list[tuple[int, int, int]] = []
-    deadline = time.monotonic() + 60
-    while len(samples) < count and time.monotonic() < deadline:
-        for msg in reader.consume(5000, 1.0):
-            if msg.error() is None:
-                value = msgspec.json.decode(msg.value())
-                event = value["timestamps"]["event_ms"]
-                samples.append((event, msg.timestamp()[1] - event, value["batch_size"]))
-    reader.close()
+    for record in read_at_least(CLIENT, topic, count, timeout_s=60, settle_s=0):
+        value = msgspec.json.decode(record.value or b"")
+        event = value["timestamps"]["event_ms"]
+        samples.append((event, (record.timestamp_ms or 0) - event, value["batch_size"]))
     return samples
 
 
 def main(argv: list[str]) -> int:
     kind, model, rate, seconds, settings = argv[0], argv[1], float(argv[2]), float(argv[3]), argv[4:] or [""]
-    admin = AdminClient({"bootstrap.servers": BOOTSTRAP})
+    admin = TopicAdmin(CLIENT)
     for setting in settings:
         print(f"{setting or '(defaults)':60} {run(admin, kind, model, rate, seconds, setting)}", flush=True)
     return 0

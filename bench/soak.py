@@ -22,14 +22,13 @@ from pathlib import Path
 
 import msgspec
 from confluent_kafka import Consumer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+
+from service.tools.processes import start_service
+from service.tools.produce import EventProducer
+from service.tools.topics import TopicAdmin
+from service.tools.verify import verify
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from service.produce import produce_events  # noqa: E402
-from service.verify import verify  # noqa: E402
-from tests.integration.harness import start_service  # noqa: E402
 
 PARTITIONS = 4
 SAMPLE_EVERY_S = 10.0
@@ -62,18 +61,13 @@ def stats_lines(log_path: Path, since: int) -> tuple[list[dict], int]:
     return lines, len(data)
 
 
-def create_topics(admin: AdminClient, names: list[str]) -> None:
-    for future in admin.create_topics([NewTopic(n, PARTITIONS, 1) for n in names]).values():
-        future.result(timeout=30)
-
-
-def measure_sustainable(bootstrap: str, admin: AdminClient, model: str, kind: str, log_dir: Path) -> float:
+def measure_sustainable(bootstrap: str, admin: TopicAdmin, model: str, kind: str, log_dir: Path) -> float:
     """Drain a backlog of events and return results per second."""
     run = uuid.uuid4().hex[:6]
     topics = {"in": f"soak.cap.in.{run}", "out": f"soak.cap.out.{run}", "dlq": f"soak.cap.dlq.{run}"}
-    create_topics(admin, list(topics.values()))
+    admin.create(topics.values(), PARTITIONS)
     count = 30_000
-    produce_events({"bootstrap.servers": bootstrap}, topics["in"], kind, count, seed=1)
+    EventProducer({"bootstrap.servers": bootstrap}).send(topics["in"], kind, count, seed=1)
     service = start_service(
         log_dir,
         kafka__bootstrap_servers=bootstrap,
@@ -91,7 +85,7 @@ def measure_sustainable(bootstrap: str, admin: AdminClient, model: str, kind: st
         return count / (time.monotonic() - start)
     finally:
         service.stop()
-        admin.delete_topics(list(topics.values()))
+        admin.delete(topics.values())
 
 
 def summarize(samples: list[dict]) -> dict:
@@ -115,7 +109,7 @@ def main() -> int:
     parser.add_argument("--model", default="metrics-anomaly", choices=("metrics-anomaly", "log-classifier"))
     args = parser.parse_args()
     kind = "metrics" if args.model == "metrics-anomaly" else "logs"
-    admin = AdminClient({"bootstrap.servers": args.bootstrap})
+    admin = TopicAdmin({"bootstrap.servers": args.bootstrap})
     log_dir = ROOT / ".local" / "soak"
     log_dir.mkdir(parents=True, exist_ok=True)
 
@@ -129,7 +123,7 @@ def main() -> int:
 
     run = uuid.uuid4().hex[:6]
     topics = {"in": f"soak.in.{run}", "out": f"soak.out.{run}", "dlq": f"soak.dlq.{run}"}
-    create_topics(admin, list(topics.values()))
+    admin.create(topics.values(), PARTITIONS)
     group = f"soak-{run}"
     service = start_service(
         log_dir,
@@ -143,8 +137,8 @@ def main() -> int:
     )
     count = int(rate * args.duration)
     producer = threading.Thread(
-        target=produce_events,
-        args=({"bootstrap.servers": args.bootstrap}, topics["in"], kind, count, rate, 0.001, 2, None),
+        target=EventProducer({"bootstrap.servers": args.bootstrap}).send,
+        args=(topics["in"], kind, count, rate, 0.001, 2, None),
         daemon=True,
     )
     samples = []
@@ -176,7 +170,7 @@ def main() -> int:
     finally:
         exit_code = service.stop()
     report = verify({"bootstrap.servers": args.bootstrap}, topics["in"], topics["out"], topics["dlq"])
-    admin.delete_topics(list(topics.values()))
+    admin.delete(topics.values())
     result = summarize(samples) | {
         "model": args.model,
         "duration_s": args.duration,

@@ -14,7 +14,6 @@ broker (``make kafka-up``), whose pid file it reads for the broker's CPU.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import time
 import uuid
@@ -23,14 +22,15 @@ from pathlib import Path
 import msgspec
 import numpy as np
 import psutil
-from confluent_kafka import Consumer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
 
-sys.path.insert(0, os.path.dirname(__file__))
-from compare_drain import BOOTSTRAP, PARTITIONS, service_env
+from service.tools.bench.kafka_io import SENT_HEADER, Sender
+from service.tools.bench.workload import cycle, make_events
+from service.tools.processes import start
+from service.tools.reader import read_at_least
+from service.tools.topics import TopicAdmin
 
-from service.benchmark.kafka_io import SENT_HEADER, Sender
-from service.benchmark.workload import cycle, make_events
+sys.path.insert(0, os.path.dirname(__file__))  # the sibling script's settings helper
+from compare_drain import BOOTSTRAP, CLIENT, PARTITIONS, service_env
 
 SKIP_MS = 5000
 BROKER_PID = Path(".local/kafka/kafka.pid")
@@ -42,25 +42,14 @@ def main(argv: list[str]) -> int:
     args = [a for a in argv if a != "--passthrough"]
     kind, model, rate, seconds = args[0], args[1], float(args[2]), float(args[3])
     setting = args[4] if len(args) > 4 else ""
-    admin = AdminClient({"bootstrap.servers": BOOTSTRAP})
+    admin = TopicAdmin(CLIENT)
     topic = f"trace-{uuid.uuid4().hex[:6]}"
-    topics = [
-        NewTopic(topic, PARTITIONS, 1, config={"message.timestamp.type": "LogAppendTime"}),
-        NewTopic(topic + "-out", PARTITIONS, 1),
-        NewTopic(topic + "-out-dlq", 1, 1),
-    ]
-    for future in admin.create_topics(topics).values():
-        future.result()
-    argv_child = (
-        ["-m", "service.benchmark.baselines", "passthrough"] if passthrough else ["-m", "service", "run"]
-    )
-    with open(f"/tmp/{topic}.log", "w") as log:
-        child = subprocess.Popen(
-            [sys.executable, *argv_child],
-            env=service_env(topic, topic + "-out", model, setting),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+    admin.create([topic], PARTITIONS, config={"message.timestamp.type": "LogAppendTime"})
+    admin.create([topic + "-out", topic + "-out-dlq"], PARTITIONS)
+    argv_child = ("service.tools.bench.baselines", "passthrough") if passthrough else ("service", "run")
+    env = service_env(topic, topic + "-out", model, setting)
+    child = start(argv_child, env, Path(f"/tmp/{topic}.log"))
+    try:
         sender = Sender({"bootstrap.servers": BOOTSTRAP, "linger.ms": 5, "compression.type": "lz4"})
         pool = make_events(kind, 20_000, 7)
         time.sleep(6)  # start-up: model load, warm-up, group join
@@ -74,41 +63,36 @@ def main(argv: list[str]) -> int:
         sender.send(topic, cycle(pool, count), rate)
         cpu = {name: round(proc.cpu_percent()) for name, proc in procs.items()}
         rows = read_rows(topic + "-out", count + 50, passthrough)
-        child.terminate()
-        child.wait()
-    admin.delete_topics([topic, topic + "-out", topic + "-out-dlq"])
+    finally:
+        child.stop()
+    admin.delete([topic, topic + "-out", topic + "-out-dlq"])
     report(np.array(sorted(rows)), f"{'passthrough' if passthrough else 'service'} {setting}", rate, cpu)
     return 0
 
 
 def read_rows(topic: str, count: int, passthrough: bool) -> list[tuple[float, ...]]:
     """(sent, appended, consumed, produced, record, batch size) in ms per result with a send time."""
-    reader = Consumer({"bootstrap.servers": BOOTSTRAP, "group.id": f"read-{topic}"})
-    reader.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
     rows: list[tuple[float, ...]] = []
-    deadline = time.monotonic() + 60
-    while len(rows) < count and time.monotonic() < deadline:
-        for msg in reader.consume(10_000, 1.0):
-            sent = dict(msg.headers() or []).get(SENT_HEADER) if msg.error() is None else None
-            if sent is None:
-                continue
-            record = msg.timestamp()[1]
-            if passthrough:
-                rows.append((int(sent) / 1000, record, record, record, record, 1))
-                continue
-            value = msgspec.json.decode(msg.value())
-            ts = value["timestamps"]
-            rows.append(
-                (
-                    int(sent) / 1000,
-                    ts["event_ms"],
-                    ts["consumed_ms"],
-                    ts["produced_ms"],
-                    record,
-                    value["batch_size"],
-                )
+    for msg in read_at_least(CLIENT, topic, count, timeout_s=60, settle_s=0):
+        sent = dict(msg.headers or []).get(SENT_HEADER)
+        if sent is None:
+            continue
+        record = msg.timestamp_ms or 0
+        if passthrough:
+            rows.append((int(sent) / 1000, record, record, record, record, 1))
+            continue
+        value = msgspec.json.decode(msg.value or b"")
+        ts = value["timestamps"]
+        rows.append(
+            (
+                int(sent) / 1000,
+                ts["event_ms"],
+                ts["consumed_ms"],
+                ts["produced_ms"],
+                record,
+                value["batch_size"],
             )
-    reader.close()
+        )
     return rows
 
 

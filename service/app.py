@@ -1,79 +1,109 @@
-"""``microbatch run``: build the pieces from settings, warm the model up, run the loop until a signal."""
+"""``microbatch run``: build the parts from settings, warm the model up, run the loop until a signal.
+
+This is where the real clients, the engine and telemetry meet the Protocols the loop drives
+(``service/flow/ports.py``): the type checker holds them to those here.
+"""
 
 from __future__ import annotations
 
+import argparse
 import gc
 import signal
 import threading
+import time
 from collections.abc import Callable
-from pathlib import Path
 
 import structlog
 from confluent_kafka import KafkaException
 
-from service.config import KafkaSettings, Settings, check_run_settings
-from service.engine import Engine
-from service.errors import ConfigError, UnknownTopicError
-from service.health import Health
-from service.metrics import Metrics
-from service.outputs import ModelRef
-from service.pipeline import Pipeline
-from service.processors import ModelInfo, Processor, load_processor, prepare
-from service.reference import choose_model
-from service.server import MetricsServer
-from service.sink import Sink
-from service.source import Source
+from service.config import KafkaSettings, Settings, check_run_settings, redact
+from service.engine import blamed_setting, load_model, warm_up
+from service.errors import EXIT_OK, ConfigError, UnknownTopicError
+from service.flow.backlog import Backlog
+from service.flow.backpressure import BackPressure
+from service.flow.batcher import Batcher
+from service.flow.checkpoint import Checkpoint
+from service.flow.decode import Decoder
+from service.flow.encode import ModelRef
+from service.flow.inference import Inference
+from service.flow.inflight import executor_for
+from service.flow.outputs import Outputs
+from service.flow.pipeline import Pipeline
+from service.flow.ports import EngineLike, ExecutorLike, SinkLike, SourceLike, TelemetryLike
+from service.flow.records import Decoded
+from service.flow.sizing import BatchSizeController, FixedBatchSize, Sizing
+from service.kafka import Sink, Source
+from service.observability import Health, Metrics, MetricsServer, Telemetry
+from service.processors import Processor
 
 _log = structlog.get_logger("microbatch")
 
-_PROCESSOR_FIELDS = ("features", "text_field", "tokenizer", "max_length", "labels")
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``run`` takes no flags: every setting is a MICROBATCH_* variable."""
 
 
-def load_model(settings: Settings) -> tuple[Engine, Processor, ModelRef]:
-    """Load the configured model and its processor. Raises ConfigError naming the setting at fault."""
-    choice = choose_model(settings.model)
-    model = settings.model
-    engine = Engine(choice.path, model.providers, model.intra_op_threads, model.allow_spinning)
-    name = choice.name or engine.metadata.get("microbatch.name") or Path(choice.path).stem
-    version = choice.version or engine.metadata.get("microbatch.version") or "unversioned"
-    info = ModelInfo(
-        name=name,
-        model_dir=Path(choice.path).parent,
-        input_names=engine.input_names,
-        output_names=engine.output_names,
-        metadata=engine.metadata,
-        settings={k: getattr(settings.model, k) for k in _PROCESSOR_FIELDS},
+def run(_args: argparse.Namespace, settings: Settings) -> int:
+    return run_service(settings)
+
+
+def build_pipeline(
+    settings: Settings,
+    source: SourceLike,
+    sink: SinkLike,
+    engine: EngineLike,
+    processor: Processor,
+    model: ModelRef,
+    telemetry: TelemetryLike,
+    clock: Callable[[], float] = time.monotonic,
+    wall_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+    executor: ExecutorLike | None = None,
+) -> Pipeline:
+    """The loop and its parts, wired from ``settings``."""
+    batch = settings.batch
+    controller: BatchSizeController | FixedBatchSize = (
+        BatchSizeController(
+            batch.min_size, batch.max_size, batch.latency_slo_ms / 1000, batch.max_wait_ms / 1000
+        )
+        if batch.adaptive
+        else FixedBatchSize(batch.max_size)
     )
-    processor = load_processor(settings.model.processor, info)
-    return engine, processor, ModelRef(name, version, engine.provider)
-
-
-def warm_up(engine: Engine, processor: Processor, sizes: set[int], setting: str) -> None:
-    """Run each batch size once so the first real batch does not pay for allocation and kernel choice.
-    A model that rejects what its processor feeds it is a configuration error, found here at start-up."""
-    for size in sorted(sizes):
-        try:
-            items = prepare(processor, [processor.sample()] * size)
-            processor.postprocess(engine.run(processor.preprocess(items)), items)
-        except Exception as exc:
-            raise ConfigError(setting, f"the model rejects what its processor feeds it: {exc}") from None
-
-
-def check_topics(source: Source, settings: Settings, stopped: Callable[[], bool]) -> bool:
-    """Wait for the brokers, then insist the input topics exist; a missing output or DLQ topic is only
-    a warning (the broker may auto-create it; if not, deliveries retry and hold the commits back).
-    Returns False if a stop was requested while waiting."""
-    outputs = [settings.output.topic, settings.dlq.topic]
-    found = source.wait_ready(settings.input.topics + outputs, settings.kafka.startup_timeout_s, stopped)
-    if found is None:
-        return False
-    missing = [t for t in settings.input.topics if t not in found]
-    if missing:
-        raise UnknownTopicError(f"input topic(s) {missing} do not exist (MICROBATCH_INPUT__TOPICS)")
-    for topic in outputs:
-        if topic not in found:
-            _log.warning("output_topic_missing", topic=topic)
-    return True
+    cost = getattr(processor, "cost", None)
+    batcher: Batcher[Decoded] = Batcher(
+        controller.target,
+        batch.max_wait_ms / 1000,
+        clock,
+        cost=(lambda d: cost(d.item)) if cost else None,
+        max_cost=batch.max_tokens,
+        window=batch.bucket_window,
+    )
+    inference = Inference(
+        engine,
+        processor,
+        executor or executor_for(batch.pipeline_depth),
+        batch.pipeline_depth,
+        clock,
+        on_split=telemetry.split,
+    )
+    outputs = Outputs(sink, settings.output.topic, settings.dlq.topic, model, telemetry, clock, wall_ms)
+    checkpoint = Checkpoint(
+        source, sink, outputs.replace_refused, settings.output.flush_timeout_s, telemetry, clock
+    )
+    return Pipeline(
+        source,
+        sink,
+        topics=settings.input.topics,
+        idle_poll_s=settings.input.idle_poll_ms / 1000,
+        decoder=Decoder(processor, settings.input.max_value_bytes),
+        batcher=batcher,
+        inference=inference,
+        outputs=outputs,
+        checkpoint=checkpoint,
+        backpressure=BackPressure(source, settings.input.max_in_flight),
+        sizing=Sizing(controller, clock),
+        backlog=Backlog(source, clock),
+        telemetry=telemetry,
+    )
 
 
 def run_service(settings: Settings) -> int:
@@ -102,22 +132,23 @@ def run_service(settings: Settings) -> int:
     server = start_server(settings, metrics, health)
     try:
         source, sink = build_clients(settings.kafka, health.brokers)
-        engine, processor, model = load_model(settings)
-        metrics.model_loaded(model.name, model.version, model.provider)
+        model = load_model(settings)
+        metrics.model_loaded(model.ref.name, model.ref.version, model.ref.provider)
         sizes = {1, settings.batch.min_size, settings.batch.max_size}
-        warm_up(engine, processor, sizes, _model_setting(settings))
+        warm_up(model, sizes, blamed_setting(settings.model))
         health.warmed_up = True
         if not check_topics(source, settings, stopping.is_set):
             source.close()
-            return 0
-        pipeline = Pipeline(settings, source, sink, engine, processor, model, metrics=metrics, health=health)
+            return EXIT_OK
+        telemetry = Telemetry(metrics, health, settings.log.stats_interval_s)
+        pipeline = build_pipeline(settings, source, sink, model.engine, model.processor, model.ref, telemetry)
         if stopping.is_set():  # a signal between the check and the assignment above
             pipeline.stop()
         _log.info(
             "started",
-            model=model.name,
-            version=model.version,
-            provider=model.provider,
+            model=model.ref.name,
+            version=model.ref.version,
+            provider=model.ref.provider,
             inputs=settings.input.topics,
             output=settings.output.topic,
             dlq=settings.dlq.topic,
@@ -133,7 +164,7 @@ def run_service(settings: Settings) -> int:
         gc.freeze()
         gc.set_threshold(50_000, 20, 100)
         pipeline.run()
-        return 0
+        return EXIT_OK
     finally:
         if server is not None:
             server.close()
@@ -148,28 +179,34 @@ def start_server(settings: Settings, metrics: Metrics, health: Health) -> Metric
     try:
         return MetricsServer(conf.host, conf.port, metrics.registry, health)
     except OSError as exc:
-        raise ConfigError(
-            "MICROBATCH_METRICS__PORT", f"cannot listen on {conf.host}:{conf.port}: {exc.strerror or exc}"
-        ) from None
+        raise ConfigError(conf.env("port"), f"cannot listen: {exc.strerror or exc}") from None
 
 
 def build_clients(
     kafka: KafkaSettings, on_brokers: Callable[[bool], None] = lambda _up: None
 ) -> tuple[Source, Sink]:
     """Create both clients first, so librdkafka's own validation of the options (unknown keys, bad
-    values in the *_EXTRA settings) stops start-up as a configuration error naming the variable."""
+    values in the *_EXTRA settings) stops start-up as a configuration error naming the variable, with
+    every configured value taken out of librdkafka's message."""
     try:
         return Source(kafka, on_brokers), Sink(kafka)
     except KafkaException as exc:
         message = exc.args[0].str()
-        used = [n for n in ("consumer_extra", "producer_extra", "extra") if getattr(kafka, n)]
-        named = [n for n in used if any(key in message for key in getattr(kafka, n))]
-        culprit = (named or used or ["extra"])[0]  # librdkafka may name an alias, not the key given
-        raise ConfigError(f"MICROBATCH_KAFKA__{culprit.upper()}", message) from None
+        raise ConfigError(kafka.extra_setting(message), redact(message, kafka.private_values())) from None
 
 
-def _model_setting(settings: Settings) -> str:
-    """The setting to blame when the model rejects its processor's tensors."""
-    if settings.model.features:
-        return "MICROBATCH_MODEL__FEATURES"
-    return "MICROBATCH_MODEL__PATH" if settings.model.path else "MICROBATCH_MODEL__NAME"
+def check_topics(source: Source, settings: Settings, stopped: Callable[[], bool]) -> bool:
+    """Wait for the brokers, then insist the input topics exist; a missing output or DLQ topic is only
+    a warning (the broker may auto-create it; if not, deliveries retry and hold the commits back).
+    Returns False if a stop was requested while waiting."""
+    outputs = [settings.output.topic, settings.dlq.topic]
+    found = source.wait_ready(settings.input.topics + outputs, settings.kafka.startup_timeout_s, stopped)
+    if found is None:
+        return False
+    missing = [t for t in settings.input.topics if t not in found]
+    if missing:
+        raise UnknownTopicError(f"input topic(s) {missing} do not exist ({settings.input.env('topics')})")
+    for topic in outputs:
+        if topic not in found:
+            _log.warning("output_topic_missing", topic=topic)
+    return True

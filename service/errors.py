@@ -1,12 +1,30 @@
-"""Every error the service raises on purpose, in one place.
+"""Every error the service raises on purpose, in one place, and the closed set of dead-letter reasons.
 
-Errors about one message carry that message's coordinates and raw bytes (see :class:`Rejection`), so a
-dead-letter record can be written from the error alone.
+The tree, with each class's exit code (the CLI exits with ``type(error).exit_code``; no table of its own)::
+
+    MicrobatchError                 1  base class: a runtime failure
+    ├── ConfigError                 2  a setting is invalid; names the MICROBATCH_* variable
+    ├── UsageError                  2  a command-line flag is invalid; names the flag
+    ├── EnvironmentNotReadyError    3  what the service needs outside itself is missing at start-up
+    │   ├── BrokerUnavailableError  3  no broker answered in time
+    │   └── UnknownTopicError       3  a topic the command needs does not exist
+    ├── FatalKafkaError             1  librdkafka reported a fatal error; keeps its error code
+    ├── EngineFailedError           1  the model fails on a known-good sample: the runtime is broken
+    ├── BatchMismatchError          1  a processor or model broke one-result-per-input
+    ├── OffsetOrderError            1  an offset went backwards without a rebalance
+    └── InvalidMessage              -  one message cannot be processed: a dead letter, never an exit
+
+Errors about one message carry that message's coordinates and raw bytes (see
+:class:`service.flow.records.Rejection`), so a dead-letter record can be written from the error alone.
+No message here ever quotes a setting's value: configuration errors name the variable and the reason.
 """
 
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import ClassVar
+
+EXIT_OK = 0
 
 
 class Reason(StrEnum):
@@ -33,16 +51,69 @@ class Reason(StrEnum):
 
 
 class MicrobatchError(Exception):
-    """Base class of the service's own errors."""
+    """Base class of the service's own errors: a runtime failure unless a subclass says otherwise."""
+
+    exit_code: ClassVar[int] = 1
 
 
 class ConfigError(MicrobatchError):
     """A setting is invalid; the service must not start. ``setting`` is the environment variable name."""
 
+    exit_code = 2
+
     def __init__(self, setting: str, message: str) -> None:
         # One line, always: messages quoted from ONNX Runtime span several.
         super().__init__(f"invalid setting {setting}: {' '.join(message.split())}")
         self.setting = setting
+
+
+class UsageError(MicrobatchError):
+    """A command-line flag is invalid (or a command needs an optional extra that is not installed)."""
+
+    exit_code = 2
+
+    def __init__(self, flag: str, message: str) -> None:
+        super().__init__(f"{flag}: {' '.join(message.split())}")
+        self.flag = flag
+
+
+class EnvironmentNotReadyError(MicrobatchError):
+    """What the service needs outside itself is missing at start-up: brokers unreachable, input topic
+    absent. Exit code 3, so an orchestrator can tell it from a configuration error (2)."""
+
+    exit_code = 3
+
+
+class UnknownTopicError(EnvironmentNotReadyError):
+    """A topic the command needs does not exist (or this client may not see it)."""
+
+
+class BrokerUnavailableError(EnvironmentNotReadyError):
+    """No broker answered within ``MICROBATCH_KAFKA__STARTUP_TIMEOUT_S``."""
+
+
+class FatalKafkaError(MicrobatchError):
+    """librdkafka reported a fatal error (e.g. the idempotent producer was fenced); the service must stop.
+    ``code`` is librdkafka's error code and ``name`` its symbolic name (e.g. ``_FENCED``)."""
+
+    def __init__(self, client: str, code: int, name: str, message: str) -> None:
+        super().__init__(f"{client}: {message} ({name})")
+        self.client = client
+        self.code = code
+        self.name = name
+
+
+class EngineFailedError(MicrobatchError):
+    """The model fails even on a known-good sample: the runtime itself is broken (e.g. a lost GPU), so
+    stopping beats dead-lettering every message."""
+
+
+class BatchMismatchError(MicrobatchError):
+    """A processor or model returned a different number of results than the batch had inputs."""
+
+
+class OffsetOrderError(MicrobatchError):
+    """An offset was tracked below one already tracked for its partition without a rebalance between."""
 
 
 class InvalidMessage(MicrobatchError):
@@ -52,33 +123,3 @@ class InvalidMessage(MicrobatchError):
         super().__init__(f"{reason}: {detail}")
         self.reason = reason
         self.detail = detail
-
-
-class OffsetOrderError(MicrobatchError):
-    """An offset was tracked below one already tracked for its partition without a rebalance between."""
-
-
-class BatchMismatchError(MicrobatchError):
-    """A processor or model returned a different number of results than the batch had inputs."""
-
-
-class EngineFailedError(MicrobatchError):
-    """The model fails even on a known-good sample: the runtime itself is broken (e.g. a lost GPU), so
-    stopping beats dead-lettering every message."""
-
-
-class FatalKafkaError(MicrobatchError):
-    """librdkafka reported a fatal error (e.g. the idempotent producer was fenced); the service must stop."""
-
-
-class EnvironmentNotReadyError(MicrobatchError):
-    """What the service needs outside itself is missing at start-up: brokers unreachable, input topic
-    absent. Exit code 3, so an orchestrator can tell it from a configuration error (2)."""
-
-
-class UnknownTopicError(EnvironmentNotReadyError):
-    """A topic the command needs does not exist (or this client may not see it)."""
-
-
-class BrokerUnavailableError(EnvironmentNotReadyError):
-    """No broker answered within ``MICROBATCH_KAFKA__STARTUP_TIMEOUT_S``."""

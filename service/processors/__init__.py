@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import importlib
 
+from service.config import ModelSettings
 from service.errors import ConfigError
 from service.processors.base import ModelInfo, Processor, ResultOrError, Tensors, prepare
 
 __all__ = ["ModelInfo", "Processor", "ResultOrError", "Tensors", "load_processor", "prepare"]
 
-_SETTING = "MICROBATCH_MODEL__PROCESSOR"
+_SETTING = ModelSettings.env("processor")
 
 
 def load_processor(spec: str | None, info: ModelInfo) -> Processor:
@@ -28,12 +29,12 @@ def load_processor(spec: str | None, info: ModelInfo) -> Processor:
         return TextProcessor(info)
     module_name, _, class_name = spec.partition(":")
     if not class_name:
-        raise ConfigError(_SETTING, f"{spec!r} is neither 'features', 'text' nor 'module:Class'")
+        raise ConfigError(_SETTING, "neither 'features', 'text' nor 'module:Class'")
     try:
         cls = getattr(importlib.import_module(module_name), class_name)
     except (ImportError, AttributeError) as exc:
-        raise ConfigError(_SETTING, f"cannot import {spec!r}: {exc}") from None
+        raise ConfigError(_SETTING, f"cannot import it: {exc}") from None
     processor = cls(info)
     if not isinstance(processor, Processor):
-        raise ConfigError(_SETTING, f"{spec!r} lacks parse/preprocess/postprocess/sample")
+        raise ConfigError(_SETTING, "the class lacks parse/preprocess/postprocess/sample")
     return processor

@@ -10,6 +10,7 @@ from typing import Any, Protocol, runtime_checkable
 import msgspec
 import numpy as np
 
+from service.config import ModelSettings, env_name
 from service.errors import BatchMismatchError, ConfigError, InvalidMessage, Reason
 
 Tensors = dict[str, np.ndarray]
@@ -77,10 +78,10 @@ def prepare(processor: Processor, items: list[Any]) -> list[Any]:
     return list(prepared)
 
 
-_JSON = msgspec.json.Decoder()
+_JSON: msgspec.json.Decoder[Any] = msgspec.json.Decoder()
 
 
-def parse_json(value: bytes, decoder: msgspec.json.Decoder = _JSON) -> Any:
+def parse_json(value: bytes, decoder: msgspec.json.Decoder[Any] = _JSON) -> Any:
     """Decode JSON, telling apart bad text (invalid_utf8), bad JSON (invalid_json) and bad shape."""
     try:
         return decoder.decode(value)
@@ -120,16 +121,20 @@ def rows_to_results(outputs: Tensors, count: int) -> list[ResultOrError]:
     return results
 
 
-def setting(info: ModelInfo, key: str, env: str, *, required: bool = True) -> Any:
+def setting(info: ModelInfo, key: str, env: str | None = None, *, required: bool = True) -> Any:
     """A processor option: the explicit setting, else the model's ``microbatch.<key>`` metadata.
 
-    Metadata values are strings; JSON-looking ones (lists) are decoded. Raises ConfigError naming ``env``.
+    Metadata values are strings; JSON-looking ones (lists) are decoded. Raises ConfigError naming ``env``
+    (default: ``MICROBATCH_MODEL__<KEY>``).
     """
     if info.settings.get(key) is not None:
         return info.settings[key]
     raw = info.metadata.get(f"microbatch.{key}")
     if raw is None:
         if required:
-            raise ConfigError(env, f"required by this processor, and the model has no microbatch.{key}")
+            raise ConfigError(
+                env or env_name((ModelSettings.section, key)),
+                f"required by this processor, and the model has no microbatch.{key}",
+            )
         return None
     return msgspec.json.decode(raw) if raw[:1] in "[{" else raw

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import msgspec
 import numpy as np
 
+from service.config import ModelSettings
 from service.errors import ConfigError, InvalidMessage, Reason
 from service.processors.base import ModelInfo, ResultOrError, Tensors, parse_json, rows_to_results, setting
 
@@ -19,12 +20,12 @@ class FeaturesProcessor:
     """Reads the fields named by ``MICROBATCH_MODEL__FEATURES`` (or the model's ``microbatch.features``)."""
 
     def __init__(self, info: ModelInfo) -> None:
-        features = setting(info, "features", "MICROBATCH_MODEL__FEATURES")
+        features = setting(info, "features")
         if not isinstance(features, list) or not features or not all(isinstance(f, str) for f in features):
-            raise ConfigError("MICROBATCH_MODEL__FEATURES", "must be a non-empty list of field names")
+            raise ConfigError(ModelSettings.env("features"), "must be a non-empty list of field names")
         if len(info.input_names) != 1:
             raise ConfigError(
-                "MICROBATCH_MODEL__PROCESSOR",
+                ModelSettings.env("processor"),
                 f"'features' feeds one input, the model has {list(info.input_names)}",
             )
         self.features: tuple[str, ...] = tuple(features)

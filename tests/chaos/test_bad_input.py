@@ -4,7 +4,7 @@ on some items (scenario 5), and every kind of malformed message of the poison ca
 What must hold every time: each bad item, and only it, reaches the dead-letter topic with its documented
 reason and its original key, value and headers; every healthy item gets exactly one result, promptly, even
 right behind a bad one in the same partition; the service keeps its place in the group; nothing is lost
-(service.verify) and, with no restart, nothing is duplicated.
+(service.tools.verify) and, with no restart, nothing is duplicated.
 """
 
 from __future__ import annotations
@@ -19,13 +19,13 @@ import pytest
 from confluent_kafka import Producer
 
 from service.errors import Reason
-from service.generate import METRIC_FEATURES, EventGenerator
-from service.poison import DEEP_NESTING_LEVELS, POISON_KINDS, WRONG_TYPE_VALUES, make_poison
-from service.verify import verify
-from tests.chaos.faulty import SLOW_S
-from tests.integration.harness import (
+from service.tools.generate import METRIC_FEATURES, EventGenerator
+from service.tools.poison import DEEP_NESTING_LEVELS, POISON_KINDS, WRONG_TYPE_VALUES, make_poison
+from service.tools.processes import Child
+from service.tools.verify import verify
+from tests.support.faulty import SLOW_S
+from tests.support.harness import (
     Output,
-    ServiceProcess,
     committed,
     end_offsets,
     read_topic,
@@ -35,7 +35,7 @@ from tests.integration.harness import (
 
 PARTITIONS = 2
 
-# Scenario 5: healthy metrics events, some of them marked with a fault for tests.chaos.faulty.
+# Scenario 5: healthy metrics events, some of them marked with a fault for tests.support.faulty.
 FAULTY_EVENTS = 400
 RAISE_AT = range(7, FAULTY_EVENTS, 50)  # 8 items: the batch fails until each is alone
 NAN_AT = range(23, FAULTY_EVENTS, 50)  # 8 items: NaN score
@@ -115,31 +115,18 @@ def _produce(producer: Producer, topic: str, messages: list[Msg]) -> list[Coord]
     return coords  # type: ignore[return-value]
 
 
-def _log_events(service: ServiceProcess) -> list[dict]:
-    events = []
-    for line in service.log().splitlines():
-        try:
-            entry = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(entry, dict):
-            events.append(entry)
-    return events
+def _count(service: Child, event: str) -> int:
+    return len(service.events(event))
 
 
-def _count(service: ServiceProcess, event: str) -> int:
-    return sum(1 for e in _log_events(service) if e.get("event") == event)
-
-
-def _assigned(service: ServiceProcess, topic: str) -> set[str]:
+def _assigned(service: Child, topic: str) -> set[str]:
     parts: set[str] = set()
-    for e in _log_events(service):
-        if e.get("event") == "partitions_assigned":
-            parts |= {p for p in e.get("partitions", []) if p.startswith(f"{topic}[")}
+    for e in service.events("partitions_assigned"):
+        parts |= {p for p in e.get("partitions", []) if p.startswith(f"{topic}[")}
     return parts
 
 
-def _wait_assigned(service: ServiceProcess, topic: str) -> None:
+def _wait_assigned(service: Child, topic: str) -> None:
     def ready() -> bool:
         assert service.proc.poll() is None, f"service exited early:\n{service.log()[-3000:]}"
         return len(_assigned(service, topic)) == PARTITIONS
@@ -147,7 +134,7 @@ def _wait_assigned(service: ServiceProcess, topic: str) -> None:
     wait_for(ready, 90, "the service to be assigned every input partition")
 
 
-def _service(tmp_path, bootstrap, topics, group_id, **extra) -> ServiceProcess:
+def _service(tmp_path, bootstrap, topics, group_id, **extra) -> Child:
     return start_on_topics(tmp_path, bootstrap, topics, group_id, log__stats_interval_s="2", **extra)
 
 
@@ -169,7 +156,7 @@ def _verify(bootstrap: str, topics: dict[str, str]):
     return report
 
 
-def _stop(service: ServiceProcess) -> None:
+def _stop(service: Child) -> None:
     code = service.stop()
     assert code == 0, f"exit {code}:\n{service.log()[-3000:]}"
 
@@ -208,7 +195,7 @@ def test_faulty_model_costs_only_the_failing_items(tmp_path, kafka_bootstrap, ad
         kafka_bootstrap,
         topics,
         group_id,
-        model__processor="tests.chaos.faulty:FaultyProcessor",
+        model__processor="tests.support.faulty:FaultyProcessor",
         kafka__session_timeout_ms="6000",
         kafka__max_poll_interval_ms=str(MAX_POLL_INTERVAL_MS),
     )
@@ -216,8 +203,8 @@ def test_faulty_model_costs_only_the_failing_items(tmp_path, kafka_bootstrap, ad
         results = read_topic(kafka_bootstrap, topics["out"], len(healthy), RESULTS_TIMEOUT_S)
         dead = read_topic(kafka_bootstrap, topics["dlq"], len(bad), RESULTS_TIMEOUT_S)
         # Still a member, alone and stable, holding every partition: no eviction, no rebalance.
-        description = admin.describe_consumer_groups([group_id])[group_id].result(timeout=30)
-        log_before_stop = _log_events(service)
+        description = admin.client.describe_consumer_groups([group_id])[group_id].result(timeout=30)
+        log_before_stop = service.events()
     finally:
         _stop(service)
 

@@ -2,13 +2,12 @@
 output topic that does not exist (back-pressure), and a dead-letter topic that does not exist.
 
 Everything runs on the ``fault_broker`` (its own port, topic auto-creation OFF), never on the session
-broker. Each test ends with :func:`service.verify.verify` over the real topics: nothing lost, and the
+broker. Each test ends with :func:`service.tools.verify.verify` over the real topics: nothing lost, and the
 duplicates it reports are printed (``-s``) and held to the bound stated beside each test.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import signal
 import threading
@@ -21,14 +20,13 @@ from typing import Any
 import msgspec
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
 
-from service.generate import METRIC_FEATURES, EventGenerator
-from service.poison import make_poison
-from service.verify import VerifyReport, format_report, verify
-from tests.conftest import TOPIC_READY_TIMEOUT_S, _wait_topic_ready
-from tests.integration.harness import (
-    ServiceProcess,
+from service.tools.generate import METRIC_FEATURES, EventGenerator
+from service.tools.poison import make_poison
+from service.tools.processes import Child
+from service.tools.topics import TopicAdmin
+from service.tools.verify import VerifyReport, format_report, verify
+from tests.support.harness import (
     dlq_source_of,
     free_port,
     http_get,
@@ -89,7 +87,7 @@ def _metrics(n: int, seed: int) -> list[tuple[bytes, bytes]]:
 class LogWatch:
     """Reads a service's JSON log incrementally; keeps every parsed record."""
 
-    def __init__(self, service: ServiceProcess) -> None:
+    def __init__(self, service: Child) -> None:
         self._path = service.log_path
         self._pos = 0
         self._partial = b""
@@ -239,9 +237,7 @@ def _topics(fault_topic_factory, *, output: str | None = None, dlq: str | None =
     }
 
 
-def _start(
-    tmp_path: Path, bootstrap: str, group: str, topics: dict[str, str], **extra: str
-) -> ServiceProcess:
+def _start(tmp_path: Path, bootstrap: str, group: str, topics: dict[str, str], **extra: str) -> Child:
     settings = {
         "kafka__bootstrap_servers": bootstrap,
         "kafka__group_id": group,
@@ -258,7 +254,7 @@ def _start(
 
 def _backlog_without_output_topic(
     tmp_path: Path, fault_broker, fault_topic_factory, group: str, events: int, seed: int, **extra: str
-) -> tuple[dict[str, str], list, ServiceProcess]:
+) -> tuple[dict[str, str], list, Child]:
     """A backlog of ``events`` and a service whose output topic does not exist (auto-create is off), with
     the in-flight limit at BACKPRESSURE_MAX_IN_FLIGHT: it fills up and pauses."""
     topics = _topics(fault_topic_factory, output=f"out-missing-{uuid.uuid4().hex[:12]}")
@@ -276,10 +272,10 @@ def _backlog_without_output_topic(
     return topics, items, service
 
 
-def _stop(service: ServiceProcess) -> int | None:
+def _stop(service: Child) -> int | None:
     """SIGTERM and wait (the service drains and commits); SIGKILL only if that hangs. Never raises."""
     try:
-        return service.stop(signal.SIGTERM, timeout=60)
+        return service.stop(signal.SIGTERM, timeout_s=60)
     except Exception:
         if service.proc.poll() is None:
             service.proc.kill()
@@ -287,16 +283,16 @@ def _stop(service: ServiceProcess) -> int | None:
         return None
 
 
-def _alive(service: ServiceProcess) -> bool:
+def _alive(service: Child) -> bool:
     assert service.proc.poll() is None, f"service exited with {service.proc.returncode}:\n{_tail(service)}"
     return True
 
 
-def _tail(service: ServiceProcess, lines: int = 40) -> str:
+def _tail(service: Child, lines: int = 40) -> str:
     return "\n".join(service.log().splitlines()[-lines:])
 
 
-def _hold(seconds: float, service: ServiceProcess, also: Callable[[], None] | None = None) -> None:
+def _hold(seconds: float, service: Child, also: Callable[[], None] | None = None) -> None:
     """Keep a fault in place for ``seconds`` (the scenario's duration, not a wait for a condition),
     checking twice a second that the service is still alive."""
     deadline = time.monotonic() + seconds
@@ -323,34 +319,14 @@ def _rss_mib(pid: int) -> float:
     raise AssertionError(f"no VmRSS for pid {pid}")
 
 
-def _create_topic(admin: AdminClient, name: str, partitions: int) -> None:
-    futures = admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])
-    futures[name].result(timeout=60)
-    _wait_topic_ready(admin, name, partitions, TOPIC_READY_TIMEOUT_S)
-
-
-def _delete_topics(admin: AdminClient, names: list[str]) -> None:
-    """Best effort: the topics a test created outside ``fault_topic_factory``."""
-    if not names:
-        return
-    for future in admin.delete_topics(names, operation_timeout=30).values():
-        with contextlib.suppress(KafkaException):
-            future.result(timeout=60)
-
-
-def _topic_exists(admin: AdminClient, name: str) -> bool:
-    md = admin.list_topics(timeout=10)
+def _topic_exists(admin: TopicAdmin, name: str) -> bool:
+    md = admin.client.list_topics(timeout=10)
     return name in md.topics and md.topics[name].error is None
 
 
-def _group_members(admin: AdminClient, group: str) -> list[Any]:
-    description = admin.describe_consumer_groups([group], request_timeout=10)[group].result(timeout=15)
+def _group_members(admin: TopicAdmin, group: str) -> list[Any]:
+    description = admin.client.describe_consumer_groups([group], request_timeout=10)[group].result(timeout=15)
     return list(description.members)
-
-
-@pytest.fixture
-def fault_admin(fault_broker) -> AdminClient:
-    return AdminClient({"bootstrap.servers": fault_broker.bootstrap})
 
 
 # -- 3. broker restart -----------------------------------------------------------------------------------
@@ -359,7 +335,7 @@ def fault_admin(fault_broker) -> AdminClient:
 def _outage(
     fault: Callable[[], None],
     recover: Callable[[], None],
-    service: ServiceProcess,
+    service: Child,
     probe: Probe,
     topics: dict[str, str],
     down_s: float = BROKER_DOWN_S,
@@ -474,7 +450,7 @@ def test_broker_restart_sigterm_then_sigkill_mid_stream(
 
 
 def _sample_while_paused(
-    service: ServiceProcess, admin: AdminClient, group: str, rss: list[float], members: list[int]
+    service: Child, admin: TopicAdmin, group: str, rss: list[float], members: list[int]
 ) -> None:
     """One sample: the child's RSS, and that it is still the group's one member, owning every partition."""
     rss.append(_rss_mib(service.proc.pid))
@@ -529,7 +505,7 @@ def test_output_topic_missing_pauses_consumer_stays_in_group_then_drains(
         assert max_in_flight <= BACKPRESSURE_MAX_IN_FLIGHT + 16
         assert max(rss) - rss[0] <= RSS_GROWTH_BOUND_MIB, rss
 
-        _create_topic(fault_admin, topics["out"], PARTITIONS)
+        fault_admin.create([topics["out"]], PARTITIONS)
         created.append(topics["out"])
         t_created = time.monotonic()
         wait_for(lambda: _alive(service) and logs.events("consumer_resumed"), 90, "consumer_resumed")
@@ -552,7 +528,7 @@ def test_output_topic_missing_pauses_consumer_stays_in_group_then_drains(
         _check(report, 0)
         assert report.total("out_of_order") == 0, "results of a partition out of offset order after retries"
     finally:
-        _delete_topics(fault_admin, created)
+        fault_admin.delete(created)  # best effort: made outside fault_topic_factory
 
 
 @pytest.mark.timeout(300)
@@ -635,7 +611,7 @@ def test_paused_consumer_resumes_after_losing_its_partitions(
         )
         lost = logs.events("partitions_lost") + logs.events("partitions_revoked")
         assert lost, "the freeze did not cost the consumer its partitions; the test proved nothing"
-        _create_topic(fault_admin, topics["out"], PARTITIONS)
+        fault_admin.create([topics["out"]], PARTITIONS)
         created.append(topics["out"])
         wait_for(
             lambda: _alive(service) and probe.drained(topics["in"]),
@@ -653,7 +629,7 @@ def test_paused_consumer_resumes_after_losing_its_partitions(
         assert report.total("inputs") == len(items)
         _check(report, len(items))
     finally:
-        _delete_topics(fault_admin, created)
+        fault_admin.delete(created)  # best effort: made outside fault_topic_factory
 
 
 # -- 7. dead-letter topic unavailable ------------------------------------------------------------------
@@ -695,7 +671,7 @@ def _produce_to_partitions(bootstrap: str, topic: str, rows: list[tuple[int, byt
 
 
 def _wait_dlq_retries(
-    service: ServiceProcess, logs: LogWatch, topics: dict[str, str], poison: set[tuple[int, int]]
+    service: Child, logs: LogWatch, topics: dict[str, str], poison: set[tuple[int, int]]
 ) -> list[dict[str, Any]]:
     """Wait until a dead letter was retried RETRIED_ATTEMPTS times; check what delivery_failed says."""
 
@@ -758,7 +734,7 @@ def test_dlq_missing_holds_commits_at_first_poison_then_drains(
         assert probe.total(topics["out"]) == good, "a poison message got a result, or a result was repeated"
         assert not _topic_exists(fault_admin, topics["dlq"]), "the DLQ topic was auto-created"
 
-        _create_topic(fault_admin, topics["dlq"], 1)
+        fault_admin.create([topics["dlq"]], 1)
         created.append(topics["dlq"])
         wait_for(
             lambda: _alive(service) and probe.drained(topics["in"]), DRAIN_TIMEOUT_S, "all inputs committed"
@@ -785,4 +761,4 @@ def test_dlq_missing_holds_commits_at_first_poison_then_drains(
         assert report.total("dead_letters") >= len(poison_coords)
         _check(report, 0)
     finally:
-        _delete_topics(fault_admin, created)
+        fault_admin.delete(created)  # best effort: made outside fault_topic_factory

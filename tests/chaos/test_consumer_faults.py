@@ -1,7 +1,7 @@
 """Consumer-side faults on the session broker: service instances crash (SIGKILL) or join and leave the group
 cleanly (SIGTERM) while a stream of events is being produced.
 
-Every test checks the delivery contract with ``service.verify.verify`` (nothing lost, order kept) and
+Every test checks the delivery contract with ``service.tools.verify.verify`` (nothing lost, order kept) and
 reports the duplicates, which at-least-once allows only where an instance died with work it had not
 committed yet.
 """
@@ -20,10 +20,11 @@ import msgspec
 import pytest
 from confluent_kafka import Producer
 
-from service.generate import EventGenerator
-from service.verify import VerifyReport, format_report, read_to_end, verify
-from tests.chaos.procs import Fleet, Instance, fleet, log_time_ms, now_ms
-from tests.integration.harness import committed, end_offsets, wait_for
+from service.tools.generate import EventGenerator
+from service.tools.reader import read_to_end
+from service.tools.verify import VerifyReport, format_report, verify
+from tests.support.fleet import Fleet, Instance, fleet, log_time_ms, now_ms
+from tests.support.harness import committed, end_offsets, wait_for
 
 PARTITIONS = 6
 SESSION_TIMEOUT_MS = 6000  # the broker's minimum: a dead member leaves the group 6 s after its last heartbeat
@@ -138,7 +139,7 @@ def read_results(bootstrap: str, output_topic: str) -> list[Result]:
     decoder = msgspec.json.Decoder()
     out = []
     for msg in read_to_end({"bootstrap.servers": bootstrap}, output_topic, timeout_s=60):
-        value = decoder.decode(msg.value())
+        value = decoder.decode(msg.value)
         source = value["source"]
         out.append(Result(source["partition"], source["offset"], value["timestamps"]["produced_ms"]))
     return out

@@ -26,8 +26,8 @@ import pytest
 from onnx import TensorProto, helper
 
 from service.engine import cuda_device_count
-from service.reference import MODELS_DIR
-from tests.integration.harness import ROOT, wait_for
+from service.models.reference import MODELS_DIR
+from tests.support.harness import ROOT, wait_for
 
 EXIT_CONFIG, EXIT_ENVIRONMENT = 2, 3
 STARTUP_TIMEOUT_S = 3  # MICROBATCH_KAFKA__STARTUP_TIMEOUT_S for the unreachable broker

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration.harness import SERVICE_PARTITIONS
+from tests.support.harness import SERVICE_PARTITIONS
 
 
 @pytest.fixture

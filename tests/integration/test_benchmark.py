@@ -11,7 +11,7 @@ import sys
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from service.benchmark.scenarios import SCENARIOS
+from service.tools.bench.scenarios import SCENARIOS
 
 BENCH_TIMEOUT_S = 240
 

@@ -3,7 +3,7 @@ move as the traffic does."""
 
 from __future__ import annotations
 
-from tests.integration.harness import (
+from tests.support.harness import (
     SERVICE_PARTITIONS,
     free_port,
     http_get,

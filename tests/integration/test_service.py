@@ -9,9 +9,9 @@ from collections import Counter
 import msgspec
 
 from service.errors import Reason
-from service.generate import LOG_LABELS, METRIC_FEATURES, EventGenerator
-from service.poison import POISON_KINDS, make_poison
-from tests.integration.harness import (
+from service.tools.generate import LOG_LABELS, METRIC_FEATURES, EventGenerator
+from service.tools.poison import POISON_KINDS, make_poison
+from tests.support.harness import (
     SERVICE_PARTITIONS,
     assert_order_per_partition,
     committed,

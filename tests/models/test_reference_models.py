@@ -20,9 +20,9 @@ from sklearn.metrics import roc_auc_score
 from tokenizers import Tokenizer
 
 import service.models
-from service.generate import LOG_LABELS, METRIC_FEATURES, EventGenerator
-from service.modelbuild import build
-from service.modelbuild.common import roc_auc, sha256_file
+from service.tools.generate import LOG_LABELS, METRIC_FEATURES, EventGenerator
+from service.tools.modelbuild import build
+from service.tools.modelbuild.common import roc_auc, sha256_file
 
 # The module fixture's rebuild (~1 min on an idle 2-core machine) counts against the first test's timeout;
 # allow for a machine busy with other work.

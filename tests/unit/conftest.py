@@ -3,32 +3,29 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import structlog
 
+from service.flow.records import Headers, InputRecord
 from service.processors.base import ModelInfo
-from service.records import Headers, InputRecord
-
-
-class FakeClock:
-    """A monotonic clock that only moves when a test says so. Call it to read it."""
-
-    def __init__(self, start: float = 1000.0) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        assert seconds >= 0, "a monotonic clock never goes back"
-        self.now += seconds
+from tests.support.fakes import FakeClock
 
 
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()
+
+
+@pytest.fixture(autouse=True)
+def restored_logging() -> Iterator[None]:
+    """A test that runs ``cli.main`` configures structlog with the stderr of that moment (pytest's capture,
+    closed after the test); later tests must not log into it."""
+    saved = structlog.get_config()
+    yield
+    structlog.configure(**saved)
 
 
 @pytest.fixture(autouse=True)

@@ -1,0 +1,164 @@
+"""The settings sections other than Kafka's: input, output, dead letters, batching, model, logs, metrics."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, ValidationInfo, field_validator
+
+from service.config._base import TOPIC_RULE, CsvList, Section, TopicName, legal_topic, not_below, split_list
+
+_PROVIDER_ALIASES = {
+    "cuda": "CUDAExecutionProvider",
+    "cpu": "CPUExecutionProvider",
+    "tensorrt": "TensorrtExecutionProvider",
+    "rocm": "ROCMExecutionProvider",
+    "openvino": "OpenVINOExecutionProvider",
+}
+
+
+class InputSettings(Section):
+    """What to consume."""
+
+    topics: CsvList = Field(default_factory=list)
+    max_value_bytes: int = Field(1_048_576, ge=1)
+    """Larger values go to the dead-letter topic as ``value_too_large``."""
+    idle_poll_ms: int = Field(100, ge=1, le=10_000)
+    """How long one consume call may block while no batch is open."""
+    max_in_flight: int = Field(10_000, ge=1)
+    """Consumed messages not yet acknowledged above which the consumer pauses (resumes at half)."""
+
+    @field_validator("topics", mode="before")
+    @classmethod
+    def _split(cls, value: object) -> object:
+        return split_list(value)
+
+    @field_validator("topics")
+    @classmethod
+    def _legal(cls, value: list[str]) -> list[str]:
+        bad = [i + 1 for i, topic in enumerate(value) if not legal_topic(topic)]
+        if bad:
+            raise ValueError(f"topic number {bad[0]} is not a legal Kafka topic name ({TOPIC_RULE})")
+        return value
+
+
+class OutputSettings(Section):
+    """Where results go."""
+
+    topic: TopicName = "microbatch-results"
+    flush_timeout_s: float = Field(30.0, gt=0)
+    """Upper bound on waiting for outstanding deliveries at revoke and shutdown."""
+
+
+class DlqSettings(Section):
+    """Where rejected messages go, unchanged, with error headers."""
+
+    topic: TopicName = "microbatch-dlq"
+
+
+class BatchSettings(Section):
+    """Micro-batching: a batch is cut at the target size, or when its oldest item has waited ``max_wait_ms``.
+
+    With ``adaptive`` on, the target moves within [``min_size``, ``max_size``] with load (see
+    ``service/flow/sizing.py``); off, it is always ``max_size``.
+    """
+
+    min_size: int = Field(4, ge=1, le=65_536)
+    # validate_default: the check against min_size must run when only MIN_SIZE is set, too.
+    max_size: int = Field(16, ge=1, le=65_536, validate_default=True)
+    max_wait_ms: float = Field(50.0, gt=0, le=60_000)
+    adaptive: bool = True
+    """Move the target size with load (grow on backlog, halve when a batch overruns the SLO budget)."""
+    latency_slo_ms: float = Field(250.0, gt=0, le=600_000, validate_default=True)
+    """End-to-end latency target for the adaptive controller: a batch may take (SLO - MAX_WAIT_MS) / 2."""
+    max_tokens: int = Field(8192, ge=0, le=16_777_216)
+    """Cost cap per batch for processors that report a cost (text: count x longest item, in tokens); 0 =
+    no cap. One item larger than the cap still runs, alone."""
+    bucket_window: int = Field(256, ge=0, le=65_536)
+    """For processors that report a cost: choose each batch among up to this many waiting messages, by
+    similar cost (length), to cut padding. 0 keeps arrival order. Results of one partition may then come
+    out of offset order (commits do not: see README)."""
+    pipeline_depth: int = Field(2, ge=0, le=16)
+    """Batches handed to the inference thread and not yet finished; while one runs, the next is consumed
+    and pre-processed. 0 runs inference on the loop's own thread."""
+
+    @field_validator("max_size")
+    @classmethod
+    def _not_below_min(cls, value: int, info: ValidationInfo) -> int:
+        return not_below(cls, value, info, "min_size")
+
+    @field_validator("latency_slo_ms")
+    @classmethod
+    def _above_the_window(cls, value: float, info: ValidationInfo) -> float:
+        wait = info.data.get("max_wait_ms")
+        if info.data.get("adaptive") and wait is not None and value <= wait:
+            raise ValueError(f"must be > {cls.env('max_wait_ms')} when {cls.env('adaptive')} is on")
+        return value
+
+
+class ModelSettings(Section):
+    """Which model to serve and how to feed it.
+
+    Either ``name`` picks a reference model shipped with the service, or ``path`` points at the user's own
+    ONNX file. Processor fields left unset are read from the model's ``microbatch.*`` metadata.
+    """
+
+    name: str | None = None
+    path: Path | None = None
+    providers: CsvList = Field(default_factory=lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"])
+    intra_op_threads: int = Field(0, ge=0, le=256)
+    """0 lets ONNX Runtime choose (one thread per core)."""
+    allow_spinning: bool = False
+    """Let idle ONNX Runtime threads spin-wait for work: lower latency per batch on dedicated cores, but
+    it starves the loop thread when they share cores."""
+    processor: str | None = None
+    """``features``, ``text``, or ``package.module:Class`` for a processor of your own."""
+    version: str | None = None
+    features: CsvList | None = None
+    text_field: str | None = None
+    tokenizer: Path | None = None
+    max_length: int | None = Field(None, ge=1, le=65_536)
+    labels: CsvList | None = None
+
+    @field_validator("providers", "features", "labels", mode="before")
+    @classmethod
+    def _split(cls, value: object) -> object:
+        return split_list(value)
+
+    @field_validator("providers")
+    @classmethod
+    def _canonical(cls, value: list[str]) -> list[str]:
+        if not value:
+            raise ValueError("at least one execution provider is required")
+        return [_PROVIDER_ALIASES.get(p.lower(), p) for p in value]
+
+    @field_validator("path", "tokenizer")
+    @classmethod
+    def _exists(cls, value: Path | None) -> Path | None:
+        if value is not None and not value.is_file():
+            raise ValueError("no such file")
+        return value
+
+
+class LogSettings(Section):
+    """Logging and the periodic stats line."""
+
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    format: Literal["auto", "json", "console"] = "auto"
+    """``auto`` is console on a terminal, JSON otherwise."""
+    stats_interval_s: float = Field(10.0, gt=0)
+
+
+class MetricsSettings(Section):
+    """The HTTP port for Prometheus metrics (``/metrics``) and the probes (``/healthz``, ``/readyz``)."""
+
+    enabled: bool = True
+    host: str = "0.0.0.0"
+    """Listen address; ``0.0.0.0`` so that Prometheus and the kubelet can reach a container."""
+    port: int = Field(9400, ge=0, le=65_535)
+    """0 picks a free port (logged in the ``started`` line): for several services on one host."""
+    liveness_timeout_s: float = Field(60.0, gt=0, le=3_600)
+    """``/healthz`` fails when the consume loop has not come round for this long (a stuck loop)."""
+    broker_timeout_s: float = Field(30.0, gt=0, le=3_600)
+    """``/readyz`` fails when no broker has answered for this long."""

@@ -1,0 +1,113 @@
+"""The checkpoint: which consumed offsets are done, and committing exactly those.
+
+This class is responsible for: tracking every consumed offset until its output is acknowledged; storing
+each partition's watermark as acknowledgements arrive (librdkafka's auto-commit sends what is stored);
+the flush-then-commit half of the commit contract (:meth:`Checkpoint.commit`); and the bookkeeping of
+partitions assigned, revoked and lost.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import structlog
+
+from service.errors import OffsetOrderError
+from service.flow.offsets import OffsetTracker
+from service.flow.ports import SinkLike, SourceLike, TelemetryLike
+from service.flow.records import InputRecord, TopicPartition
+
+_log = structlog.get_logger("microbatch.checkpoint")
+
+
+class Checkpoint:
+    """Not thread-safe: the loop's thread only (rebalance callbacks run on it too, inside ``consume``).
+
+    ``replace_refused`` sends replacements for outputs the broker refused for good and returns how many
+    (``Outputs.replace_refused``): they must be acknowledged before their offsets can be committed."""
+
+    def __init__(
+        self,
+        source: SourceLike,
+        sink: SinkLike,
+        replace_refused: Callable[[], int],
+        flush_timeout_s: float,
+        telemetry: TelemetryLike,
+        clock: Callable[[], float],
+    ) -> None:
+        self._source = source
+        self._sink = sink
+        self._replace_refused = replace_refused
+        self._flush_timeout_s = flush_timeout_s
+        self._telemetry = telemetry
+        self._clock = clock
+        self._tracker = OffsetTracker()
+        self.assigned: set[TopicPartition] = set()
+
+    def track(self, records: Sequence[InputRecord]) -> None:
+        """Record that ``records`` were consumed. A partition rewound without a rebalance (offset reset,
+        log truncation) starts its bookkeeping afresh: what is re-read is processed again (duplicates,
+        never a loss)."""
+        track = self._tracker.track
+        for record in records:  # per message: keep it lean
+            try:
+                track((record.topic, record.partition), record.offset)
+            except OffsetOrderError:
+                _log.warning(
+                    "partition_rewound", partition=f"{record.topic}[{record.partition}]", offset=record.offset
+                )
+                self._tracker.forget([record.tp])
+                self._tracker.track(record.tp, record.offset)
+
+    def acknowledge(self, acked: Sequence[InputRecord]) -> int:
+        """Fold acknowledged deliveries into the watermarks and store whatever moved; send replacements
+        for outputs the broker refused for good. Returns how many replacements were sent."""
+        done = self._tracker.done
+        for record in acked:
+            done((record.topic, record.partition), record.offset)
+        if acked:
+            self._telemetry.acknowledged(len(acked))
+        offsets = self._tracker.take_committable()
+        if offsets:
+            self._source.store(offsets)
+        return self._replace_refused()
+
+    def commit(self) -> None:
+        """Steps 2 to 4 of the commit contract (``Pipeline.commit`` does step 1, processing everything
+        consumed): flush the producer, so the broker acknowledged (or refused) every output; fold the
+        acknowledgements into the watermarks and store them; commit the stored offsets synchronously.
+
+        An output still unacknowledged when the flush times out holds its partition's watermark back, so
+        the worst case is a duplicate after restart, never a loss."""
+        if self.acknowledge(self._sink.flush(self._flush_timeout_s)):
+            self.acknowledge(self._sink.flush(self._flush_timeout_s))  # the replacements of refused records
+        if self._sink.pending():
+            _log.warning("flush_incomplete", outstanding=self._sink.pending())
+        start = self._clock()
+        ok = self._source.commit()
+        self._telemetry.committed(ok, self._clock() - start)
+
+    def assign(self, tps: Sequence[TopicPartition]) -> None:
+        """New partitions: their bookkeeping starts afresh."""
+        self._tracker.forget(tps)
+        self.assigned.update(tps)
+
+    def revoke(self, tps: Sequence[TopicPartition]) -> None:
+        """Partitions handed over (after the caller committed): forget them."""
+        self._tracker.forget(tps)
+        self.assigned.difference_update(tps)
+
+    def lose(self, tps: Sequence[TopicPartition]) -> None:
+        """Partitions the group took away without a handover: committing them is no longer allowed. The
+        outputs already queued finish, but their acknowledgements store nothing."""
+        acked = self._sink.flush(self._flush_timeout_s)
+        self.revoke(tps)  # first, so their acks store nothing
+        self.acknowledge(acked)
+
+    def in_flight(self) -> int:
+        """Consumed messages whose output is not acknowledged yet."""
+        return self._tracker.in_flight()
+
+    @property
+    def stale_acks(self) -> int:
+        return self._tracker.stale_acks

@@ -1,0 +1,87 @@
+"""Per-partition commit watermarks: pure bookkeeping of which consumed offsets are safely done.
+
+The one rule of at-least-once: the offset committed for a partition is the first offset that is NOT yet
+done, so everything before it has a result (or a dead-letter record) acknowledged by the broker.
+
+Worked example, offsets 34..40 consumed, acks arriving out of order::
+
+    acked 34 35 36 40  -> commit 37   (37, 38, 39 still in flight)
+    acked 37 38 39     -> commit 41   (everything through 40 is done)
+
+Offsets are tracked in the order they were consumed rather than assumed consecutive, so gaps (compacted
+topics, transaction markers) never stall the watermark.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+
+from service.errors import OffsetOrderError
+from service.flow.records import TopicPartition
+
+
+class _Partition:
+    __slots__ = ("committable", "order", "outstanding")
+
+    def __init__(self) -> None:
+        self.order: deque[int] = deque()  # consumed offsets, oldest first, until the watermark passes them
+        self.outstanding: set[int] = set()  # those of them not done yet
+        self.committable: int | None = None
+
+
+class OffsetTracker:
+    """Tracks consumed offsets until they are done, and says what may be committed."""
+
+    def __init__(self) -> None:
+        self._parts: dict[TopicPartition, _Partition] = {}
+        self._moved: set[TopicPartition] = set()
+        self.stale_acks = 0
+        """Acks for offsets not in flight: outputs of a partition we gave up (revoked, lost) that were
+        delivered late. Harmless (the result exists) and ignored, but counted so a bug would show."""
+
+    def track(self, tp: TopicPartition, offset: int) -> None:
+        """Record that ``offset`` was consumed. Raises OffsetOrderError unless it is above every offset
+        already tracked for ``tp``: a partition is consumed in order."""
+        part = self._parts.get(tp)
+        if part is None:
+            part = self._parts[tp] = _Partition()
+        floor = part.order[-1] + 1 if part.order else part.committable
+        if floor is not None and offset < floor:
+            raise OffsetOrderError(f"{tp}: offset {offset} tracked below {floor}")
+        part.order.append(offset)
+        part.outstanding.add(offset)
+
+    def done(self, tp: TopicPartition, offset: int) -> bool:
+        """Record that ``offset``'s output was acknowledged; acks may come in any order. Returns False
+        (and counts a stale ack) when ``offset`` is not in flight for ``tp``."""
+        part = self._parts.get(tp)
+        if part is None or offset not in part.outstanding:
+            self.stale_acks += 1
+            return False
+        part.outstanding.discard(offset)
+        order = part.order
+        if offset == order[0]:
+            while order and order[0] not in part.outstanding:
+                part.committable = order.popleft() + 1
+            self._moved.add(tp)
+        return True
+
+    def take_committable(self) -> dict[TopicPartition, int]:
+        """The next offset to commit for every partition whose watermark moved since the last call."""
+        moved = {tp: self._parts[tp].committable for tp in self._moved if tp in self._parts}
+        self._moved.clear()
+        return {tp: off for tp, off in moved.items() if off is not None}
+
+    def in_flight(self, tp: TopicPartition | None = None) -> int:
+        """How many consumed offsets are not done yet (for ``tp``, or in all)."""
+        if tp is not None:
+            part = self._parts.get(tp)
+            return len(part.outstanding) if part else 0
+        return sum(len(p.outstanding) for p in self._parts.values())
+
+    def forget(self, tps: Iterable[TopicPartition]) -> None:
+        """Drop all state of partitions that are no longer ours (revoked or lost)."""
+        for tp in tps:
+            self._parts.pop(tp, None)
+            self._moved.discard(tp)

@@ -1,0 +1,85 @@
+"""Outputs: what the service produces, handed to the sink.
+
+This class is responsible for: one output record per input of a finished batch (its result, or a dead
+letter when its item failed or its result cannot be encoded), in input order; a dead letter for every
+message rejected before batching; and what to send instead of a record the broker refused for good.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import structlog
+
+from service.errors import InvalidMessage, Reason
+from service.flow.encode import ModelRef, dead_letter, replace_refused, result_record
+from service.flow.inference import Finished
+from service.flow.ports import SinkLike, TelemetryLike
+from service.flow.records import Rejection
+
+_log = structlog.get_logger("microbatch.outputs")
+
+
+class Outputs:
+    """Not thread-safe: the loop's thread only."""
+
+    def __init__(
+        self,
+        sink: SinkLike,
+        topic: str,
+        dlq_topic: str,
+        model: ModelRef,
+        telemetry: TelemetryLike,
+        clock: Callable[[], float],
+        wall_ms: Callable[[], int],
+    ) -> None:
+        self._sink = sink
+        self._topic = topic
+        self._dlq_topic = dlq_topic
+        self._model = model
+        self._telemetry = telemetry
+        self._clock = clock
+        self._wall_ms = wall_ms
+
+    def batch(self, done: Finished) -> None:
+        """Queue one output per input of ``done``, in input order, and report the batch."""
+        produced_ms = self._wall_ms()
+        now = self._clock()
+        topic, model, size, send = self._topic, self._model, len(done.batch), self._sink.send
+        event_ms = []
+        for item, result in done.answers:  # per message: keep it lean
+            record = item.record
+            if isinstance(result, InvalidMessage):
+                self.reject(Rejection(record, result.reason, result.detail))
+                continue
+            consumed_ms = produced_ms - int((now - record.received) * 1000)
+            try:
+                send(result_record(record, topic, model, result, size, consumed_ms, produced_ms))
+            except (TypeError, ValueError) as exc:  # a processor returned something JSON cannot hold
+                self.reject(Rejection(record, Reason.INVALID_OUTPUT, f"result not encodable: {exc}"))
+                continue
+            event_ms.append(record.timestamp_ms or consumed_ms)
+        latencies_ms = produced_ms - np.asarray(event_ms, dtype=np.float64)
+        # The batcher hands batches over in arrival order, its oldest waiting item first.
+        queue_wait_s = done.started - done.batch[0].record.received
+        self._telemetry.batch(size, queue_wait_s, done.run_s, latencies_ms, done.padding)
+
+    def reject(self, rejection: Rejection) -> None:
+        """Queue the dead letter of one message."""
+        self._telemetry.rejected(rejection.reason)
+        self._sink.send(dead_letter(rejection, self._dlq_topic))
+
+    def replace_refused(self) -> int:
+        """Send a replacement for each record the broker refused for good since the last call (see
+        :func:`service.flow.encode.replace_refused`); returns how many were sent. One with nothing
+        smaller left to send is logged, and its input's offset stays uncommitted."""
+        sent = 0
+        for out, why in self._sink.take_refused():
+            replacement = replace_refused(out, why, self._dlq_topic)
+            if replacement is None:
+                _log.error("dead_letter_undeliverable", offset=out.source.offset, error=why)
+            else:
+                self._sink.send(replacement)
+                sent += 1
+        return sent

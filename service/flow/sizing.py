@@ -1,0 +1,128 @@
+"""The adaptive batch size: AIMD within [min_size, max_size], driven by service time, load and backlog.
+
+Pure (no I/O; :class:`Sizing` takes an injected clock): the loop reports every finished batch and reads back
+the target. The rules, applied per batch, in order:
+
+1. **Over budget -> multiplicative decrease.** A batch whose service time (pre-process + inference +
+   post-process) exceeded the budget halves the target. The budget is what the latency SLO leaves for
+   one batch: a result waits at most ``max_wait`` to be batched, then for the batch ahead of it and its
+   own, so ``budget = (slo - max_wait) / 2``.
+2. **Backlog or busy -> additive increase.** Grow by one after a full batch while at least another full
+   batch is waiting (consumer lag, counted by the caller): demand exceeds what batches of this size
+   serve. Grow too while the loop is busy more than ``busy_high`` of the time, before a backlog forms:
+   every batch has a fixed cost, so small batches at a high load are what makes a queue.
+3. **Idle -> additive decrease.** With nothing waiting and the loop busy less than ``busy_low`` of the
+   time, shrink by one: a smaller target cuts batches sooner, which is lower latency at no throughput cost.
+
+"Busy" is the share of wall time spent serving batches (a moving average the caller measures). Under
+steady load the target settles where batches keep up with room to spare (it oscillates by one around
+that size, as AIMD does); a burst grows it one step per batch, up to ``max_size``; a slow batch halves it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What one observation did: the new target and the rule that set it (for logs and tests)."""
+
+    target: int
+    rule: str  # "over_budget" | "backlog" | "busy" | "idle" | "steady" | "fixed"
+
+
+class BatchSizeController:
+    """AIMD on the target batch size. Not thread-safe: the pipeline loop owns it."""
+
+    def __init__(
+        self,
+        min_size: int,
+        max_size: int,
+        slo_s: float,
+        max_wait_s: float,
+        start: int | None = None,
+        busy_low: float = 0.5,
+        busy_high: float = 0.7,
+    ) -> None:
+        if not 1 <= min_size <= max_size:
+            raise ValueError(f"need 1 <= min_size ({min_size}) <= max_size ({max_size})")
+        if slo_s <= max_wait_s:
+            raise ValueError(f"the latency SLO ({slo_s}s) must exceed the batch window ({max_wait_s}s)")
+        self.min_size = min_size
+        self.max_size = max_size
+        self.budget_s = (slo_s - max_wait_s) / 2
+        self.target = min(max(start if start is not None else min_size, min_size), max_size)
+        self.busy_low, self.busy_high = busy_low, busy_high
+
+    def observe(self, size: int, service_s: float, backlog: int, busy: float = 0.0) -> Decision:
+        """Fold in one finished batch of ``size`` items that took ``service_s`` seconds, with ``backlog``
+        messages waiting behind it and the loop ``busy`` (0..1) of the time; return the new target."""
+        if service_s > self.budget_s:
+            self.target = max(self.min_size, math.floor(self.target / 2))
+            return Decision(self.target, "over_budget")
+        if size >= self.target and backlog >= self.target:
+            return self._grow("backlog")
+        if busy > self.busy_high:
+            return self._grow("busy")
+        if backlog == 0 and busy < self.busy_low:
+            if self.target > self.min_size:
+                self.target -= 1
+            return Decision(self.target, "idle")
+        return Decision(self.target, "steady")
+
+    def _grow(self, rule: str) -> Decision:
+        if self.target < self.max_size:
+            self.target += 1
+        return Decision(self.target, rule)
+
+
+class FixedBatchSize:
+    """The controller's stand-in when adaptive batching is off: the target is always ``max_size``."""
+
+    def __init__(self, max_size: int) -> None:
+        self.target = max_size
+
+    def observe(self, size: int, service_s: float, backlog: int, busy: float = 0.0) -> Decision:
+        return Decision(self.target, "fixed")
+
+
+class BusyShare:
+    """The share of wall time spent serving batches: a moving average of each batch's service time over
+    the time since the previous batch finished (capped at 1). Pure: the caller passes the clock reading."""
+
+    def __init__(self, weight: float = 0.2) -> None:
+        self.share = 0.0
+        self._last: float | None = None
+        self._weight = weight
+
+    def observe(self, service_s: float, now: float) -> float:
+        """Fold in a batch that finished at ``now`` after ``service_s`` seconds of work; return the share."""
+        if self._last is not None:
+            interval = now - self._last
+            sample = 1.0 if interval <= service_s else service_s / interval
+            self.share += self._weight * (sample - self.share)
+        self._last = now
+        return self.share
+
+
+class Sizing:
+    """The target batch size after every batch: ``controller`` fed with the batch's service time, the
+    backlog and how busy the loop is (:class:`BusyShare`, measured here on ``clock``)."""
+
+    def __init__(self, controller: BatchSizeController | FixedBatchSize, clock: Callable[[], float]) -> None:
+        self._controller = controller
+        self._busy = BusyShare()
+        self._clock = clock
+
+    @property
+    def target(self) -> int:
+        return self._controller.target
+
+    def observe(self, size: int, service_s: float, backlog: int) -> int:
+        """Fold in a batch of ``size`` items that took ``service_s`` seconds with ``backlog`` messages
+        waiting; return the new target."""
+        busy = self._busy.observe(service_s, self._clock())
+        return self._controller.observe(size, service_s, backlog, busy).target

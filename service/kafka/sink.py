@@ -1,0 +1,147 @@
+"""The output edge: the only code that owns the librdkafka producer.
+
+Deliveries are pulled, not pushed: :meth:`Sink.poll` and :meth:`Sink.flush` return the inputs whose output
+the broker acknowledged. A delivery that fails for a reason that may pass (broker down, topic missing,
+not authorised yet) is sent again with back-off, forever: dropping it would lose a message, and the offset
+tracker holds the commit back meanwhile, so a crash loses nothing either. A record the broker refuses for
+good (too large, invalid) is handed back through :meth:`Sink.take_refused` for the pipeline to replace.
+"""
+
+from __future__ import annotations
+
+import time
+from functools import partial
+
+import structlog
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
+
+from service.config import KafkaSettings
+from service.flow.records import InputRecord, OutRecord
+from service.kafka.watch import FatalWatch
+from service.observability.logs import RateLimitedClientLog
+
+_log = structlog.get_logger("microbatch.sink")
+
+_MAX_BACKOFF_S = 5.0
+_FAILURE_LOG_EVERY_S = 5.0
+
+# Errors that no retry can fix: the record itself is unacceptable to the broker.
+_REFUSED = {
+    KafkaError.MSG_SIZE_TOO_LARGE,
+    KafkaError.INVALID_RECORD,
+    KafkaError.RECORD_LIST_TOO_LARGE,
+    KafkaError.INVALID_MSG,
+}
+
+
+class Sink:
+    """Wraps ``confluent_kafka.Producer`` (idempotent, acks=all)."""
+
+    def __init__(self, settings: KafkaSettings) -> None:
+        self._fatal = FatalWatch("producer")
+        logger = RateLimitedClientLog(private=settings.private_values())
+        conf = settings.producer_config() | {"error_cb": self._fatal, "logger": logger}
+        self._producer = Producer(conf)
+        self._acked: list[InputRecord] = []
+        self._refused: list[tuple[OutRecord, str]] = []
+        self._retry: list[tuple[float, int, OutRecord]] = []
+        self._failure_log: dict[tuple[str, int], tuple[float, int]] = {}
+
+    def send(self, out: OutRecord, attempt: int = 0) -> None:
+        """Queue ``out``. Blocks (serving delivery reports) only while the local queue is full."""
+        callback = partial(self._on_delivery, out, attempt)
+        while True:
+            try:
+                # The stub wants str | bytes | None header values; ours are bytes | None (list invariance).
+                self._producer.produce(
+                    out.topic,
+                    out.value,
+                    out.key,
+                    headers=out.headers,  # type: ignore[arg-type]
+                    on_delivery=callback,
+                )
+                return
+            except BufferError:
+                self._producer.poll(0.05)
+            except KafkaException as exc:  # refused before queueing, e.g. larger than message.max.bytes
+                self._failed(out, attempt, exc.args[0])
+                return
+
+    def poll(self, timeout_s: float = 0.0) -> list[InputRecord]:
+        """Serve delivery reports, resend failures that are due; return the newly acknowledged inputs.
+        Raises FatalKafkaError once the producer reported a fatal error (acks already received were
+        returned by earlier calls)."""
+        self._fatal.check()
+        self._producer.poll(timeout_s)
+        self._resend_due()
+        return self._take_acked()
+
+    def flush(self, timeout_s: float) -> list[InputRecord]:
+        """Wait until every queued record is acknowledged or ``timeout_s`` passes; return the acked inputs.
+        ``pending`` tells what is still outstanding afterwards."""
+        self._fatal.check()
+        deadline = time.monotonic() + timeout_s
+        while True:
+            left = deadline - time.monotonic()
+            if len(self._producer):
+                self._producer.flush(max(0.0, min(left, 1.0)))
+            elif self._retry and left > 0:  # only back-off waits left: sleep until the next one is due
+                time.sleep(max(0.0, min(left, min(r[0] for r in self._retry) - time.monotonic())))
+            self._resend_due()
+            if self.pending() == 0 or left <= 0:
+                return self._take_acked()
+
+    def take_refused(self) -> list[tuple[OutRecord, str]]:
+        """Records the broker refused for good, with why; the caller decides what to send instead."""
+        refused, self._refused = self._refused, []
+        return refused
+
+    def pending(self) -> int:
+        """Records queued or waiting to be sent again."""
+        return len(self._producer) + len(self._retry)
+
+    def _take_acked(self) -> list[InputRecord]:
+        acked, self._acked = self._acked, []
+        return acked
+
+    def _on_delivery(self, out: OutRecord, attempt: int, err: KafkaError | None, _msg: Message) -> None:
+        if err is None:
+            self._acked.append(out.source)
+        else:
+            self._failed(out, attempt, err)
+
+    def _failed(self, out: OutRecord, attempt: int, err: KafkaError) -> None:
+        fields = {
+            "topic": out.topic,
+            "source_topic": out.source.topic,
+            "source_partition": out.source.partition,
+            "source_offset": out.source.offset,
+            "error": err.str(),
+        }
+        if err.code() in _REFUSED:
+            _log.error("delivery_refused", **fields)
+            self._refused.append((out, err.str()))
+            return
+        delay = min(_MAX_BACKOFF_S, 0.1 * 2**attempt)
+        self._retry.append((time.monotonic() + delay, attempt + 1, out))
+        # One line per topic and error every few seconds, with a count: an unavailable topic fails every
+        # in-flight record at once, and thousands of identical lines would bury everything else.
+        key = (out.topic, err.code())
+        now = time.monotonic()
+        last, suppressed = self._failure_log.get(key, (0.0, 0))
+        if now - last < _FAILURE_LOG_EVERY_S:
+            self._failure_log[key] = (last, suppressed + 1)
+            return
+        self._failure_log[key] = (now, 0)
+        _log.error(
+            "delivery_failed", **fields, attempt=attempt + 1, retry_in_s=delay, similar_since_last=suppressed
+        )
+
+    def _resend_due(self) -> None:
+        if not self._retry:
+            return
+        now = time.monotonic()
+        due = [r for r in self._retry if r[0] <= now]
+        self._retry = [r for r in self._retry if r[0] > now]
+        for _when, attempt, out in due:
+            self.send(out, attempt)

@@ -1,0 +1,182 @@
+"""The input edge: the only code that owns the librdkafka consumer."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import msgspec
+import structlog
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message
+from confluent_kafka import TopicPartition as KafkaTopicPartition
+
+from service.config import KafkaSettings
+from service.errors import BrokerUnavailableError
+from service.flow.ports import RebalanceListener
+from service.flow.records import InputRecord, TopicPartition
+from service.kafka.watch import BrokerStats, FatalWatch
+from service.observability.logs import RateLimitedClientLog
+
+_log = structlog.get_logger("microbatch.source")
+
+
+# librdkafka's statistics tell, among much else, each broker connection's state: the cheapest reliable
+# answer to "is any broker reachable?" for /readyz, with no request of our own.
+_STATS_INTERVAL_MS = 5000
+
+
+class Source:
+    """Wraps ``confluent_kafka.Consumer``: consume in batches, store offsets, commit synchronously.
+
+    ``on_brokers(up)`` is told, from inside ``consume``, whether any broker is reachable: False as soon as
+    librdkafka reports all brokers down, True when its next statistics show one up (every 5 s)."""
+
+    def __init__(
+        self, settings: KafkaSettings, on_brokers: Callable[[bool], None] = lambda _up: None
+    ) -> None:
+        self._fatal = FatalWatch("consumer", on_brokers)
+        self._on_brokers = on_brokers
+        logger = RateLimitedClientLog(private=settings.private_values())
+        conf = settings.consumer_config() | {"error_cb": self._fatal, "logger": logger}
+        conf.setdefault("statistics.interval.ms", _STATS_INTERVAL_MS)
+        conf["stats_cb"] = self._on_stats
+        self._consumer = Consumer(conf)
+        self._bootstrap = settings.bootstrap_servers
+
+    def _on_stats(self, stats_json: str) -> None:
+        try:
+            brokers = msgspec.json.decode(stats_json, type=BrokerStats).brokers
+        except msgspec.DecodeError:
+            return
+        self._on_brokers(any(b.state == "UP" for b in brokers.values()))
+
+    def subscribe(self, topics: list[str], listener: RebalanceListener) -> None:
+        def tps(parts: list[KafkaTopicPartition]) -> list[TopicPartition]:
+            return [(p.topic, p.partition) for p in parts]
+
+        self._consumer.subscribe(
+            topics,
+            on_assign=lambda _c, parts: listener.on_assigned(tps(parts)),
+            on_revoke=lambda _c, parts: listener.on_revoked(tps(parts)),
+            on_lost=lambda _c, parts: listener.on_lost(tps(parts)),
+        )
+
+    def consume(self, max_messages: int, timeout_s: float) -> list[InputRecord]:
+        """Block up to ``timeout_s`` for up to ``max_messages``; rebalance callbacks run in here.
+
+        Raises FatalKafkaError on a fatal client error; other errors are logged and skipped (librdkafka
+        retries them itself).
+        """
+        messages = self._consumer.consume(max(1, max_messages), timeout_s)
+        self._fatal.check()
+        now = time.monotonic()
+        records = []
+        for msg in messages:
+            err = msg.error()
+            if err is not None:
+                self._on_message_error(msg, err)
+                continue
+            records.append(to_record(msg, now))
+        return records
+
+    def lag(self) -> dict[TopicPartition, int]:
+        """Messages between the consumer's position and the end of each assigned partition, from the
+        watermarks of the last fetch responses: no broker round trip (about 10 us per partition).
+        Partitions not fetched yet count 0."""
+        lag = {}
+        for part in self._consumer.position(self._consumer.assignment()):
+            behind = 0
+            if part.offset >= 0:
+                _low, high = self._consumer.get_watermark_offsets(part, cached=True)
+                behind = max(0, high - part.offset)
+            lag[(part.topic, part.partition)] = behind
+        return lag
+
+    def store(self, offsets: dict[TopicPartition, int]) -> None:
+        """Store the next offsets to commit (auto-commit sends them within a second)."""
+        parts = [KafkaTopicPartition(t, p, o) for (t, p), o in offsets.items()]
+        try:
+            self._consumer.store_offsets(offsets=parts)
+        except KafkaException as exc:
+            # A partition revoked in the meantime cannot be stored to; its new owner starts from the
+            # last commit, so nothing is lost.
+            _log.debug("store_offsets_failed", error=str(exc))
+
+    def commit(self) -> bool:
+        """Commit the stored offsets now and wait for the broker's answer. False when the commit failed
+        (logged; the offsets stay stored and auto-commit retries them); nothing to commit is success."""
+        try:
+            self._consumer.commit(asynchronous=False)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError._NO_OFFSET:
+                _log.warning("commit_failed", error=str(exc))
+                return False
+        return True
+
+    def wait_ready(
+        self, topics: list[str], timeout_s: float, stopped: Callable[[], bool] = lambda: False
+    ) -> set[str] | None:
+        """Block until a broker answers (``timeout_s`` 0: forever); return which of ``topics`` exist, or
+        None once ``stopped()`` turns true. Raises BrokerUnavailableError when no broker answered in time."""
+        deadline = time.monotonic() + timeout_s if timeout_s else float("inf")
+        next_log = 0.0
+        while not stopped():
+            try:
+                # Short attempts, so a stop request is noticed within a second.
+                metadata = self._consumer.list_topics(timeout=min(1.0, max(0.1, deadline - time.monotonic())))
+                return {t for t in topics if t in metadata.topics and metadata.topics[t].error is None}
+            except KafkaException as exc:
+                if time.monotonic() >= deadline:
+                    raise BrokerUnavailableError(
+                        f"no broker at {self._bootstrap} answered within {timeout_s:g}s "
+                        f"({KafkaSettings.env('startup_timeout_s')}): {exc.args[0].str()}"
+                    ) from None
+                if time.monotonic() >= next_log:
+                    next_log = time.monotonic() + 30
+                    _log.warning("waiting_for_brokers", bootstrap=self._bootstrap, error=exc.args[0].str())
+        return None
+
+    def pause(self) -> None:
+        """Stop fetching from every assigned partition; ``consume`` keeps serving the group protocol."""
+        self._consumer.pause(self._consumer.assignment())
+
+    def resume(self, tps: list[TopicPartition] | None = None) -> None:
+        """Fetch again from ``tps`` (default: every assigned partition). librdkafka keeps a partition's
+        paused flag across a revoke and a re-assignment, so re-assigned partitions must be resumed by name."""
+        parts = self._consumer.assignment() if tps is None else [KafkaTopicPartition(t, p) for t, p in tps]
+        try:
+            self._consumer.resume(parts)
+        except KafkaException as exc:  # a partition never seen before has no pause flag to clear
+            _log.debug("resume_failed", error=str(exc))
+
+    def close(self) -> None:
+        self._consumer.close()
+
+    @staticmethod
+    def _on_message_error(msg: Message, err: KafkaError) -> None:
+        if err.code() == KafkaError._PARTITION_EOF:
+            return
+        _log.warning("consume_error", topic=msg.topic(), partition=msg.partition(), error=err.str())
+
+
+def to_record(msg: Message, received: float) -> InputRecord:
+    """Copy a consumed message out of the client. Headers that cannot be read (a name that is not UTF-8)
+    are reported in ``header_error`` rather than raised, so the record can be dead-lettered."""
+    try:
+        headers, header_error = msg.headers(), None
+    except (SystemError, UnicodeError) as exc:
+        headers, header_error = None, f"unreadable headers: {exc}"
+    _kind, ts = msg.timestamp()
+    # A consumed record without an error always has its coordinates, and its header values are bytes: the
+    # stubs' Optionals and wider header type do not apply (and a cast per message would cost time).
+    return InputRecord(
+        msg.topic(),  # type: ignore[arg-type]
+        msg.partition(),  # type: ignore[arg-type]
+        msg.offset(),  # type: ignore[arg-type]
+        msg.key(),
+        msg.value(),
+        headers,  # type: ignore[arg-type]
+        ts if ts > 0 else None,
+        received,
+        header_error,
+    )

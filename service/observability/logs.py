@@ -1,0 +1,69 @@
+"""structlog set-up: JSON lines when not on a terminal, readable console output on one."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections.abc import Callable, Iterable, Mapping
+
+import structlog
+
+from service.config import LogSettings, private_values_of, redact
+
+
+class RateLimitedClientLog:
+    """The clients' ``logger``: librdkafka's own lines as structured logs instead of raw stderr, at most
+    one line per (client, facility) every ``every_s`` seconds, with a count of the ones left out.
+
+    A broker outage makes librdkafka report a failed connect every ~50 ms per client; unthrottled that
+    is hundreds of identical error lines a minute, which bury everything else. librdkafka quotes option
+    values in some lines (``fopen(<ssl.key.location>)``, a rejected value): every one of ``private``
+    (``KafkaSettings.private_values``) is replaced by ``***``.
+    """
+
+    def __init__(
+        self, every_s: float = 5.0, clock: Callable[[], float] = time.monotonic, private: Iterable[str] = ()
+    ) -> None:
+        self._log = structlog.get_logger("librdkafka")
+        self._every_s = every_s
+        self._clock = clock
+        self._private = tuple(private)
+        self._last: dict[tuple[str, str], tuple[float, int]] = {}
+
+    def log(self, level: int, fmt: str, *args: object) -> None:
+        """Called by confluent-kafka as ``log(level, "%s [%s] %s", facility, client, message)``."""
+        key = (str(args[1]), str(args[0])) if len(args) >= 2 else ("", fmt)
+        now = self._clock()
+        last, skipped = self._last.get(key, (float("-inf"), 0))
+        if now - last < self._every_s:
+            self._last[key] = (last, skipped + 1)
+            return
+        self._last[key] = (now, 0)
+        line = fmt % args if args else fmt
+        if self._private:
+            line = redact(line, self._private)
+        self._log.log(level, line, similar_since_last=skipped)
+
+
+def client_log(conf: Mapping[str, object]) -> RateLimitedClientLog:
+    """The ``logger`` for a client built from ``conf``: the values of its credential options redacted."""
+    return RateLimitedClientLog(private=private_values_of(conf))
+
+
+def configure(settings: LogSettings) -> None:
+    """Configure structlog once per process. Logs go to stderr, so stdout stays clean for commands."""
+    as_json = settings.format == "json" or (settings.format == "auto" and not sys.stderr.isatty())
+    renderer = structlog.processors.JSONRenderer() if as_json else structlog.dev.ConsoleRenderer()
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, settings.level.upper())),
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        cache_logger_on_first_use=True,
+    )

@@ -1,0 +1,322 @@
+"""The systems the service is compared with, each run as its own process by ``microbatch bench``:
+
+    python -m service.tools.bench.baselines passthrough [--consume-batch 500]
+    python -m service.tools.bench.baselines naive
+    python -m service.tools.bench.baselines raw-ort --kind logs --seconds 10 [--order length] --out r.json
+
+Settings come from the same ``MICROBATCH_*`` variables as ``microbatch run``, so the Kafka clients get exactly
+the service's options (``KafkaSettings.consumer_config()`` / ``producer_config()``: fetch, linger,
+compression, acks, idempotence, offsets stored only after delivery) and the model the service's session
+options. The Kafka baselines run until SIGTERM/SIGINT, then flush, commit and exit 0, like the service;
+their outputs carry the input's key and headers, like the service's.
+
+- ``passthrough``: consume -> produce the value unchanged. No parsing, no model: the transport ceiling.
+- ``naive``: what the service replaces. Poll one message, run the model on a batch of one, produce the
+  result (the service's record format), wait for its acknowledgement, commit synchronously; repeat.
+- ``raw-ort``: no Kafka. The scenario's events, parsed and preprocessed (tokenised, padded) in advance into
+  batches of ``MICROBATCH_BATCH__MAX_SIZE``, then only ``InferenceSession.run`` is timed: the model ceiling.
+  ``--order length`` sorts the items by length before batching: the least padding any batching can get.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+
+import msgspec
+import numpy as np
+import structlog
+from confluent_kafka import Consumer, Message, Producer
+from confluent_kafka import TopicPartition as KafkaTopicPartition
+
+from service.config import Settings, load_settings, require_topics
+from service.engine import load_model, warm_up
+from service.errors import ConfigError, InvalidMessage, Reason
+from service.flow.decode import decode
+from service.flow.encode import dead_letter, result_record
+from service.flow.offsets import OffsetTracker
+from service.flow.records import Headers, InputRecord, OutRecord, Rejection, TopicPartition
+from service.kafka.source import to_record
+from service.observability import logs
+from service.processors import prepare
+from service.tools.bench.measure import tensor_padding_efficiency
+from service.tools.bench.workload import make_events
+
+_log = structlog.get_logger("microbatch.baseline")
+
+Source = tuple[TopicPartition, int]
+_FLUSH_TIMEOUT_S = 30.0
+
+
+class Outbox:
+    """The producer of a baseline: queues records, re-sends a failed delivery (nothing may be lost, or
+    the benchmark's count check fails), and hands back the sources of the acknowledged ones."""
+
+    def __init__(self, producer: Producer) -> None:
+        self._producer = producer
+        self._acked: list[Source] = []
+        self._retry: list[tuple[str, bytes | None, bytes | None, Headers | None, Source]] = []
+        self.failures = 0
+
+    def send(
+        self, topic: str, value: bytes | None, key: bytes | None, headers: Headers | None, source: Source
+    ) -> None:
+        record = (topic, value, key, headers, source)
+        callback = partial(self._on_delivery, record)
+        while True:
+            try:
+                # Header values are bytes; the stub's list type is invariant over str | bytes | None.
+                self._producer.produce(topic, value, key, headers=headers, on_delivery=callback)  # type: ignore[arg-type]
+                return
+            except BufferError:  # local queue full: serve delivery reports until there is room
+                self._producer.poll(0.05)
+
+    def poll(self, timeout_s: float = 0.0) -> list[Source]:
+        self._producer.poll(timeout_s)
+        self._resend()
+        return self._take()
+
+    def flush(self, timeout_s: float = _FLUSH_TIMEOUT_S) -> list[Source]:
+        """Wait until everything queued, re-sends included, is acknowledged (or ``timeout_s`` passed)."""
+        deadline = time.monotonic() + timeout_s
+        acked: list[Source] = []
+        while time.monotonic() < deadline:
+            self._producer.flush(max(0.0, min(1.0, deadline - time.monotonic())))
+            self._resend()
+            acked += self._take()
+            if not len(self._producer) and not self._retry:
+                break
+        return acked
+
+    def _on_delivery(self, record, err, _msg) -> None:
+        if err is None:
+            self._acked.append(record[4])
+        else:
+            self.failures += 1
+            self._retry.append(record)
+
+    def _resend(self) -> None:
+        retry, self._retry = self._retry, []
+        for topic, value, key, headers, source in retry:
+            self.send(topic, value, key, headers, source)
+
+    def _take(self) -> list[Source]:
+        acked, self._acked = self._acked, []
+        return acked
+
+
+def _clients(settings: Settings) -> tuple[Consumer, Outbox]:
+    private = settings.kafka.private_values()
+    logger = logs.RateLimitedClientLog(private=private)
+    consumer = Consumer(settings.kafka.consumer_config() | {"logger": logger})
+    producer = Producer(settings.kafka.producer_config() | {"logger": logger})
+    return consumer, Outbox(producer)
+
+
+def _store(consumer: Consumer, offsets: dict[TopicPartition, int]) -> None:
+    if offsets:
+        consumer.store_offsets(offsets=[KafkaTopicPartition(t, p, o) for (t, p), o in offsets.items()])
+
+
+def _subscribe(consumer: Consumer, settings: Settings, tracker: OffsetTracker) -> None:
+    def assigned(_consumer: Consumer, parts: list[KafkaTopicPartition]) -> None:
+        tracker.forget([(p.topic, p.partition) for p in parts])
+        _log.info("partitions_assigned", partitions=[f"{p.topic}[{p.partition}]" for p in parts])
+
+    consumer.subscribe(settings.input.topics, on_assign=assigned)
+
+
+def _finish(consumer: Consumer, outbox: Outbox, tracker: OffsetTracker, stats: dict[str, int]) -> None:
+    """The service's shutdown order: flush, store what was delivered, commit synchronously, close."""
+    for tp, offset in outbox.flush():
+        tracker.done(tp, offset)
+    _store(consumer, tracker.take_committable())
+    try:
+        consumer.commit(asynchronous=False)
+    except Exception as exc:  # nothing stored since the last auto-commit
+        _log.debug("commit_skipped", error=str(exc))
+    consumer.close()
+    _log.info("stopped", delivery_failures=outbox.failures, **stats)
+
+
+def passthrough(settings: Settings, stopping: threading.Event, consume_batch: int) -> None:
+    """Copy every input record (key, value, headers) to the output topic until ``stopping`` is set."""
+    consumer, outbox = _clients(settings)
+    tracker = OffsetTracker()
+    _subscribe(consumer, settings, tracker)
+    topic = settings.output.topic
+    idle_s = settings.input.idle_poll_ms / 1000
+    stats = {"events": 0}
+    while not stopping.is_set():
+        # consume(n, timeout) returns only when it has n messages or the timeout expired, so wait for
+        # one, then take whatever else is already fetched without waiting: no added latency at a trickle,
+        # full batches under a backlog.
+        messages = consumer.consume(1, idle_s)
+        if messages:
+            messages += consumer.consume(consume_batch - 1, 0)
+        for msg in messages:
+            if msg.error() is not None:
+                continue
+            # A record without an error has its coordinates, and byte header values (the stubs are wider).
+            tp = (msg.topic(), msg.partition())
+            tracker.track(tp, msg.offset())  # type: ignore[arg-type]
+            outbox.send(topic, msg.value(), msg.key(), msg.headers(), (tp, msg.offset()))  # type: ignore[arg-type]
+            stats["events"] += 1
+        for tp, offset in outbox.poll(0):
+            tracker.done(tp, offset)
+        _store(consumer, tracker.take_committable())
+    _finish(consumer, outbox, tracker, stats)
+
+
+def _input_record(msg: Message) -> InputRecord:
+    return to_record(msg, time.monotonic())
+
+
+def naive(settings: Settings, stopping: threading.Event) -> None:
+    """One message at a time: poll, infer a batch of one, produce, wait for the ack, commit synchronously."""
+    loaded = load_model(settings)
+    warm_up(loaded, {1}, settings.model.env("name"))
+    engine, processor, model = loaded.engine, loaded.processor, loaded.ref
+    consumer, outbox = _clients(settings)
+    tracker = OffsetTracker()  # unused for commits here, but _finish and _subscribe share the shape
+    _subscribe(consumer, settings, tracker)
+    idle_s = settings.input.idle_poll_ms / 1000
+    stats = {"events": 0, "dead_letters": 0}
+    while not stopping.is_set():
+        msg = consumer.poll(idle_s)
+        if msg is None or msg.error() is not None:
+            continue
+        record = _input_record(msg)
+        consumed_ms = time.time_ns() // 1_000_000
+        out = _answer(record, settings, consumed_ms, processor, engine, model)
+        if out.topic == settings.dlq.topic:
+            if not stats["dead_letters"]:  # the first one says why; the runner then reports a shortfall
+                _log.warning("dead_letter", **{k: (v or b"").decode() for k, v in out.headers or []})
+            stats["dead_letters"] += 1
+        outbox.send(out.topic, out.value, out.key, out.headers, (record.tp, record.offset))
+        outbox.flush()
+        consumer.commit(
+            offsets=[KafkaTopicPartition(record.topic, record.partition, record.offset + 1)],
+            asynchronous=False,
+        )
+        stats["events"] += 1
+    _finish(consumer, outbox, tracker, stats)
+
+
+def _answer(record: InputRecord, settings: Settings, consumed_ms: int, processor, engine, model) -> OutRecord:
+    """The service's output for one input: a result with ``batch_size`` 1, or a dead letter."""
+    outcome = decode(record, processor.parse, settings.input.max_value_bytes)
+    if isinstance(outcome, Rejection):
+        return dead_letter(outcome, settings.dlq.topic)
+    try:
+        items = prepare(processor, [outcome.item])
+        result = processor.postprocess(engine.run(processor.preprocess(items)), items)[0]
+    except Exception as exc:
+        result = InvalidMessage(Reason.INFERENCE_ERROR, f"{type(exc).__name__}: {exc}"[:500])
+    if isinstance(result, InvalidMessage):
+        return dead_letter(Rejection(record, result.reason, result.detail), settings.dlq.topic)
+    produced_ms = time.time_ns() // 1_000_000
+    return result_record(record, settings.output.topic, model, result, 1, consumed_ms, produced_ms)
+
+
+def raw_ort(settings: Settings, kind: str, seconds: float, seed: int, pool_batches: int, order: str) -> dict:
+    """Time ``InferenceSession.run`` alone over pre-built batches of the scenario's events for about
+    ``seconds``; return the figures (``window_s`` in epoch seconds, for the caller's CPU sampling).
+
+    ``order`` ``arrival`` batches the events as they come; ``length`` sorts them by cost (tokens) first,
+    so each batch pads as little as possible."""
+    loaded = load_model(settings)
+    engine, processor = loaded.engine, loaded.processor
+    size = settings.batch.max_size
+    items = [processor.parse(value) for _key, value in make_events(kind, size * pool_batches, seed)]
+    items = prepare(processor, items)  # e.g. tokenisation: done in advance, not timed
+    cost = getattr(processor, "cost", None)
+    if order == "length" and cost is not None:
+        items.sort(key=cost)
+    batches = [processor.preprocess(items[i : i + size]) for i in range(0, len(items), size)]
+    masks = [b["attention_mask"] for b in batches if "attention_mask" in b]
+    for batch in batches[:8]:  # warm-up, as the service does before its first real batch
+        engine.run(batch)
+    timings: list[float] = []
+    start_epoch = time.time()
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        for batch in batches:
+            began = time.perf_counter()
+            engine.run(batch)
+            timings.append(time.perf_counter() - began)
+            if began - start >= seconds:
+                break
+    elapsed = time.perf_counter() - start
+    batch_ms = np.asarray(timings) * 1000
+    return {
+        "events": len(timings) * size,
+        "batches": len(timings),
+        "batch_size": size,
+        "seconds": round(elapsed, 3),
+        "events_per_s": round(len(timings) * size / elapsed, 1),
+        "batch_ms_p50": round(float(np.median(batch_ms)), 3),
+        "batch_ms_mean": round(float(batch_ms.mean()), 3),
+        "batch_ms_p99": round(float(np.percentile(batch_ms, 99)), 3),
+        "padding_efficiency": tensor_padding_efficiency(masks),
+        "provider": engine.provider,
+        "order": order,
+        "window_s": [start_epoch, start_epoch + elapsed],
+    }
+
+
+def _until_signalled() -> threading.Event:
+    stopping = threading.Event()
+
+    def _stop(_signum: int, _frame: object) -> None:
+        stopping.set()  # only a flag: see service.app
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    return stopping
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m service.tools.bench.baselines", description=__doc__)
+    sub = parser.add_subparsers(dest="name", required=True)
+    pt = sub.add_parser("passthrough")
+    pt.add_argument("--consume-batch", type=int, default=500, help="messages per consume call")
+    sub.add_parser("naive")
+    raw = sub.add_parser("raw-ort")
+    raw.add_argument("--kind", choices=("metrics", "logs"), required=True)
+    raw.add_argument("--seconds", type=float, default=10.0)
+    raw.add_argument("--seed", type=int, default=1)
+    raw.add_argument("--pool-batches", type=int, default=256, help="distinct batches, cycled")
+    raw.add_argument("--order", choices=("arrival", "length"), default="arrival", help="how to batch")
+    raw.add_argument("--out", type=Path, required=True, help="where to write the figures (JSON)")
+    args = parser.parse_args(argv)
+    try:
+        settings = load_settings()
+        logs.configure(settings.log)
+        stopping = _until_signalled()
+        if args.name == "raw-ort":
+            figures = raw_ort(settings, args.kind, args.seconds, args.seed, args.pool_batches, args.order)
+            args.out.write_bytes(msgspec.json.encode(figures))
+            return 0
+        require_topics(settings)
+        run: Callable[[], None] = (
+            partial(passthrough, settings, stopping, args.consume_batch)
+            if args.name == "passthrough"
+            else partial(naive, settings, stopping)
+        )
+        _log.info("started", baseline=args.name, inputs=settings.input.topics, output=settings.output.topic)
+        run()
+        return 0
+    except ConfigError as exc:
+        print(f"{parser.prog}: {exc}", file=sys.stderr)
+        return exc.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

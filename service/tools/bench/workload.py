@@ -1,0 +1,38 @@
+"""The events a scenario feeds to every system: generated once per kind and seed, as (key, value) bytes.
+
+The same seed gives the same events, so the Kafka systems and the in-process model baseline see identical
+inputs. Keys are host names, as from ``microbatch produce``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import msgspec
+
+from service.tools.generate import EventGenerator
+
+Event = tuple[bytes, bytes]
+_CHUNK = 10_000
+
+
+def make_events(kind: str, count: int, seed: int) -> list[Event]:
+    """``count`` valid events of ``kind`` (``metrics`` or ``logs``): no poison, so every input must come
+    out as a result and nothing as a dead letter."""
+    if kind not in {"metrics", "logs"}:
+        raise ValueError(f"unknown event kind {kind!r}")
+    gen = EventGenerator(seed)
+    encode = msgspec.json.Encoder().encode
+    events: list[Event] = []
+    while len(events) < count:  # in chunks: a few hundred thousand event dicts at once would be large
+        n = min(_CHUNK, count - len(events))
+        chunk = gen.logs(n) if kind == "logs" else gen.metrics(n)
+        events.extend((e["host"].encode(), encode(e)) for e in chunk)
+    return events
+
+
+def cycle(pool: Sequence[Event], count: int) -> list[Event]:
+    """The first ``count`` events of ``pool`` repeated end to end."""
+    if not pool:
+        raise ValueError("empty event pool")
+    return [pool[i % len(pool)] for i in range(count)]

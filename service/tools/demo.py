@@ -1,0 +1,249 @@
+"""``microbatch demo``: both reference models, real broker, generated traffic, then a summary.
+
+It creates its own topics, runs one service process per model, warms each up (a few events sent through
+the producer the traffic will use, until the service has answered them: the group join, the consumer's
+first offset lookups and the producer's own set-up are start-up, not latency), produces traffic (with a
+little poison), waits until every input has an output, stops the services with SIGTERM, reads the output
+topics back and prints what happened. Latency is reported for the steady state and, apart, for the first
+seconds of traffic, which a freshly started broker still serves slowly. It leaves no process running and,
+unless asked, no topics behind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from service.config import Settings
+from service.errors import EXIT_OK
+from service.tools.processes import Child, start_service
+from service.tools.produce import EventProducer, ProduceReport
+from service.tools.reader import read_to_end
+from service.tools.topics import TopicAdmin, Watermarks
+from service.tools.verify import VerifyReport, verify
+
+MODELS = {"metrics-anomaly": "metrics", "log-classifier": "logs"}
+WARM_UP_EVENTS = 20
+START_UP_S = 5.0
+"""The first seconds of traffic, reported apart from the steady state."""
+_DEMO_MAX_VALUE_BYTES = 65_536
+_ASSIGNED_TIMEOUT_S = 60.0
+_ANSWER_TIMEOUT_S = 60.0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--duration", type=float, default=30.0, help="seconds of traffic")
+    parser.add_argument("--rate", type=float, default=300.0, help="events per second per model")
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--poison-ratio", type=float, default=0.01)
+    parser.add_argument("--keep-topics", action="store_true", help="do not delete the demo topics afterwards")
+
+
+@dataclass
+class ModelRun:
+    """One model's topics, process and what came out of it."""
+
+    model: str
+    kind: str
+    topics: dict[str, str]
+    producer: EventProducer
+    child: Child | None = None
+    report: ProduceReport = field(default_factory=ProduceReport)
+    traffic_from_ms: int = 0
+    results: list[dict[str, Any]] = field(default_factory=list)
+    dead: Counter[str] = field(default_factory=Counter)
+    verdict: VerifyReport | None = None
+    exit_code: int | None = None
+
+
+def run(args: argparse.Namespace, settings: Settings) -> int:
+    """Exit 0 when every input got a result or a dead letter and both services stopped cleanly, else 1."""
+    client_conf = settings.kafka.client_config()
+    admin = TopicAdmin(client_conf)
+    admin.check()
+    run_id = uuid.uuid4().hex[:8]
+    log_dir = Path(".local/demo")
+    runs = [
+        ModelRun(
+            model,
+            kind,
+            {r: f"demo.{kind}.{r}.{run_id}" for r in ("in", "results", "dlq")},
+            EventProducer(settings.kafka.producer_config()),
+        )
+        for model, kind in MODELS.items()
+    ]
+    all_topics = [t for r in runs for t in r.topics.values()]
+    admin.create(all_topics, args.partitions)
+    bootstrap = settings.kafka.bootstrap_servers
+    print(f"demo {run_id}: {args.duration:.0f}s at {args.rate:.0f} events/s per model, broker {bootstrap}")
+    try:
+        for model_run in runs:
+            model_run.child = _start(model_run, settings, run_id, log_dir)
+        for model_run in runs:
+            _warm_up(model_run, settings, args.partitions)
+        _produce_all(runs, args)
+        _wait_for_outputs(runs, client_conf)
+    finally:
+        for model_run in runs:
+            model_run.exit_code = model_run.child.stop() if model_run.child else None
+        if not args.keep_topics:
+            admin.delete(all_topics)
+    for model_run in runs:
+        _print_summary(model_run)
+    ok = all(r.exit_code == 0 and r.verdict is not None and r.verdict.ok for r in runs)
+    print("demo finished: " + ("every input has a result or a dead letter" if ok else "PROBLEMS, see above"))
+    return EXIT_OK if ok else 1
+
+
+def _start(model_run: ModelRun, settings: Settings, run_id: str, log_dir: Path) -> Child:
+    return start_service(
+        log_dir,
+        inherit=True,  # the caller's own MICROBATCH_* settings reach the services too
+        name=f"{model_run.model}.{run_id}",
+        kafka__bootstrap_servers=settings.kafka.bootstrap_servers,
+        kafka__group_id=f"demo-{model_run.model}-{run_id}",
+        input__topics=model_run.topics["in"],
+        input__max_value_bytes=_DEMO_MAX_VALUE_BYTES,
+        output__topic=model_run.topics["results"],
+        dlq__topic=model_run.topics["dlq"],
+        model__name=model_run.model,
+        log__stats_interval_s=5,
+    )
+
+
+def _warm_up(model_run: ModelRun, settings: Settings, partitions: int) -> None:
+    """Until the service owns its partitions and has answered a few events sent through the producer the
+    traffic will use. Raises RuntimeError if it exits or does not get there in time."""
+    child = model_run.child
+    if child is None:
+        raise RuntimeError(f"the {model_run.model} service was not started")
+    _wait(lambda: bool(child.events("partitions_assigned")), child, _ASSIGNED_TIMEOUT_S, "got no partitions")
+    model_run.producer.send(model_run.topics["in"], model_run.kind, WARM_UP_EVENTS, seed=0)
+    watermarks = Watermarks(settings.kafka.client_config())
+    topics = model_run.topics
+
+    def answered() -> bool:
+        outputs = watermarks.count(topics["results"], partitions) + watermarks.count(
+            topics["dlq"], partitions
+        )
+        return outputs >= WARM_UP_EVENTS
+
+    try:
+        _wait(answered, child, _ANSWER_TIMEOUT_S, "did not answer its warm-up events")
+    finally:
+        watermarks.close()
+
+
+def _wait(done: Callable[[], bool], child: Child, timeout_s: float, failure: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        if not child.alive():
+            raise RuntimeError(f"the service exited early; see {child.log_path}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the service {failure} within {timeout_s:.0f}s; see {child.log_path}")
+        time.sleep(0.2)
+
+
+def _produce_all(runs: list[ModelRun], args: argparse.Namespace) -> None:
+    count = int(args.rate * args.duration)
+    errors: list[BaseException] = []
+
+    def produce(model_run: ModelRun) -> None:
+        try:
+            model_run.traffic_from_ms = time.time_ns() // 1_000_000
+            model_run.report = model_run.producer.send(
+                model_run.topics["in"],
+                model_run.kind,
+                count,
+                args.rate,
+                args.poison_ratio,
+                seed=sorted(MODELS).index(model_run.model) + 1,
+                too_large_bytes=_DEMO_MAX_VALUE_BYTES + 1024,
+            )
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=produce, args=(model_run,)) for model_run in runs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+
+
+def _wait_for_outputs(runs: list[ModelRun], client_conf: dict[str, Any]) -> None:
+    """Poll the verifier until no input is missing an answer (or the timeout), then read what came out."""
+    deadline = time.monotonic() + _ANSWER_TIMEOUT_S
+    decoder = msgspec.json.Decoder()
+    for model_run in runs:
+        topics = model_run.topics
+        while True:
+            model_run.verdict = verify(client_conf, topics["in"], topics["results"], topics["dlq"])
+            if model_run.verdict.total("lost") == 0 or time.monotonic() > deadline:
+                break
+            time.sleep(1.0)
+        model_run.results = [
+            decoder.decode(r.value or b"") for r in read_to_end(client_conf, topics["results"])
+        ]
+        for record in read_to_end(client_conf, topics["dlq"]):
+            model_run.dead[(dict(record.headers or []).get("error.reason") or b"?").decode()] += 1
+
+
+def latency_split(results: list[dict[str, Any]], traffic_from_ms: int) -> dict[str, np.ndarray]:
+    """End-to-end latencies (ms, from the input's timestamp to its result) of the traffic's results: those
+    of the first :data:`START_UP_S` seconds (``start-up``) apart from the rest (``steady``). Warm-up
+    events, sent before ``traffic_from_ms``, are in neither."""
+    stamps = np.array([[r["timestamps"]["event_ms"], r["timestamps"]["produced_ms"]] for r in results])
+    if not len(stamps):
+        return {"start-up": np.empty(0), "steady": np.empty(0)}
+    event, latency = stamps[:, 0], stamps[:, 1] - stamps[:, 0]
+    steady_from = traffic_from_ms + START_UP_S * 1000
+    return {
+        "start-up": latency[(event >= traffic_from_ms) & (event < steady_from)],
+        "steady": latency[event >= steady_from],
+    }
+
+
+def _print_summary(model_run: ModelRun) -> None:
+    results, verdict, child = model_run.results, model_run.verdict, model_run.child
+    log = child.log_path if child else "?"
+    print(f"\n== {model_run.model} ({model_run.kind})  service exit code {model_run.exit_code}  log {log}")
+    missing = verdict.total("lost") if verdict else model_run.report.sent
+    print(
+        f"events in {model_run.report.sent + WARM_UP_EVENTS} ({WARM_UP_EVENTS} to warm up)   "
+        f"results {len(results)}   dead letters {sum(model_run.dead.values())}   missing {missing}   "
+        f"duplicates {verdict.total('duplicates') if verdict else '?'}"
+    )
+    if model_run.dead:
+        print(f"dead letters by reason: {dict(sorted(model_run.dead.items()))}")
+    if not results:
+        return
+    traffic = [r for r in results if r["timestamps"]["event_ms"] >= model_run.traffic_from_ms]
+    produced = np.array([r["timestamps"]["produced_ms"] for r in traffic or results])
+    span_s = max((produced.max() - produced.min()) / 1000, 1e-3)
+    print(f"throughput {len(produced) / span_s:.0f} results/s   provider {results[0]['model']['provider']}")
+    for phase, latency in latency_split(results, model_run.traffic_from_ms).items():
+        if latency.size:
+            p50, p99 = np.percentile(latency, [50, 99])
+            when = f"first {START_UP_S:.0f} s" if phase == "start-up" else f"after {START_UP_S:.0f} s"
+            line = f"end-to-end latency, {phase} ({when}, {latency.size} results)"
+            print(f"{line}: p50 {p50:.0f} ms   p99 {p99:.0f} ms")
+    sizes = Counter(r["batch_size"] for r in results)
+    print("batch sizes (items per batch size): " + "  ".join(f"{k}:{v}" for k, v in sorted(sizes.items())))
+    if model_run.model == "log-classifier":
+        labels = Counter(r["result"].get("label") for r in results)
+        print("labels: " + "  ".join(f"{k}:{v}" for k, v in labels.most_common()))
+    else:
+        flagged = sum(bool(r["result"].get("is_anomaly")) for r in results)
+        print(f"anomalies flagged: {flagged} of {len(results)} ({100 * flagged / len(results):.1f}%)")

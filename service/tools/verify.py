@@ -1,0 +1,189 @@
+"""Delivery verification: does every input offset have a result or a dead letter?
+
+Reads the input, output and dead-letter topics from the beginning to their current end (no consumer group,
+nothing committed) and reports, per input partition, how many inputs were lost, duplicated or answered out
+of order. The tests use it after every fault scenario; operators run ``microbatch verify`` after an incident.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections import Counter, defaultdict
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from service.config import Settings
+from service.errors import EXIT_OK, UnknownTopicError
+from service.flow.records import InputRecord
+from service.tools.reader import read_to_end
+
+Coord = tuple[int, int]  # (input partition, input offset)
+ClientConf = Mapping[str, Any]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--input", required=True, help="the input topic")
+    parser.add_argument("--output", default=None, help="results topic (default MICROBATCH_OUTPUT__TOPIC)")
+    parser.add_argument("--dlq", default=None, help="dead-letter topic (default MICROBATCH_DLQ__TOPIC)")
+    parser.add_argument("--timeout", type=float, default=120.0, help="seconds to read each topic")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument(
+        "--strict-order",
+        action="store_true",
+        help="also fail when answers are out of offset order (services with length bucketing off)",
+    )
+
+
+def run(args: argparse.Namespace, settings: Settings) -> int:
+    """Exit 0 when nothing was lost (and, with --strict-order, nothing answered out of order), else 1."""
+    report = verify(
+        settings.kafka.client_config(),
+        args.input,
+        args.output or settings.output.topic,
+        args.dlq or settings.dlq.topic,
+        args.timeout,
+    )
+    strict = args.strict_order
+    print(msgspec.json.encode(report).decode() if args.json else format_report(report, strict_order=strict))
+    return EXIT_OK if report.judge(strict_order=strict) else 1
+
+
+@dataclass
+class PartitionReport:
+    """Counts for one input partition. ``lost`` inputs have neither a result nor a dead letter;
+    ``duplicates`` are answers beyond the first; ``out_of_order`` are first answers that appeared after
+    an answer to a later offset of the same input partition, in the same output partition."""
+
+    partition: int
+    inputs: int = 0
+    results: int = 0
+    dead_letters: int = 0
+    lost: int = 0
+    duplicates: int = 0
+    out_of_order: int = 0
+    lost_offsets: list[int] = field(default_factory=list)
+
+
+@dataclass
+class VerifyReport:
+    input_topic: str
+    partitions: list[PartitionReport]
+
+    def total(self, name: str) -> int:
+        return sum(getattr(p, name) for p in self.partitions)
+
+    @property
+    def ok(self) -> bool:
+        """Nothing lost. Answer order is reported, not judged here: length bucketing reorders text
+        answers by design (``judge(strict_order=True)`` when the service runs with it off)."""
+        return self.total("lost") == 0
+
+    def judge(self, *, strict_order: bool = False) -> bool:
+        return self.ok and (not strict_order or self.total("out_of_order") == 0)
+
+    def summary(self) -> dict[str, int]:
+        names = ("inputs", "results", "dead_letters", "lost", "duplicates", "out_of_order")
+        return {name: self.total(name) for name in names}
+
+
+def _result_source(record: InputRecord, decoder: msgspec.json.Decoder[Any]) -> tuple[str, Coord] | None:
+    try:
+        source = decoder.decode(record.value or b"")["source"]
+        return source["topic"], (int(source["partition"]), int(source["offset"]))
+    except (msgspec.DecodeError, KeyError, TypeError, ValueError):
+        return None
+
+
+def _dead_letter_source(record: InputRecord) -> tuple[str, Coord] | None:
+    headers = {k: v for k, v in record.headers or [] if v is not None}
+    try:
+        return headers["source.topic"].decode(), (
+            int(headers["source.partition"]),
+            int(headers["source.offset"]),
+        )
+    except (KeyError, ValueError, UnicodeDecodeError):
+        return None
+
+
+def verify(
+    client_conf: ClientConf,
+    input_topic: str,
+    output_topic: str,
+    dlq_topic: str | None = None,
+    timeout_s: float = 60,
+) -> VerifyReport:
+    """Compare the three topics as they are now. Inputs produced after the call started are ignored;
+    answers to inputs of other topics (a shared output topic) are ignored too."""
+    inputs: dict[int, list[int]] = defaultdict(list)
+    for record in read_to_end(client_conf, input_topic, timeout_s):
+        inputs[record.partition].append(record.offset)
+
+    answers: Counter[Coord] = Counter()
+    first_seen: set[Coord] = set()
+    highest: dict[tuple[int, int], int] = defaultdict(lambda: -1)
+    reports = {p: PartitionReport(p, inputs=len(offs)) for p, offs in inputs.items()}
+    decoder: msgspec.json.Decoder[Any] = msgspec.json.Decoder()
+    for record in read_to_end(client_conf, output_topic, timeout_s):
+        found = _result_source(record, decoder)
+        if found is None or found[0] != input_topic:
+            continue
+        coord = found[1]
+        report = reports.setdefault(coord[0], PartitionReport(coord[0]))
+        report.results += 1
+        answers[coord] += 1
+        lane = (record.partition, coord[0])
+        if coord not in first_seen:
+            first_seen.add(coord)
+            if coord[1] < highest[lane]:
+                report.out_of_order += 1
+        highest[lane] = max(highest[lane], coord[1])
+    for dead in _read_if_exists(client_conf, dlq_topic, timeout_s):
+        found = _dead_letter_source(dead)
+        if found is None or found[0] != input_topic:
+            continue
+        reports.setdefault(found[1][0], PartitionReport(found[1][0])).dead_letters += 1
+        answers[found[1]] += 1
+
+    for partition, offsets in inputs.items():
+        report = reports[partition]
+        for offset in offsets:
+            n = answers.get((partition, offset), 0)
+            if n == 0:
+                report.lost += 1
+                if len(report.lost_offsets) < 20:
+                    report.lost_offsets.append(offset)
+            else:
+                report.duplicates += n - 1
+    return VerifyReport(input_topic, [reports[p] for p in sorted(reports)])
+
+
+def _read_if_exists(client_conf: ClientConf, topic: str | None, timeout_s: float) -> Iterator[InputRecord]:
+    """A dead-letter topic that was never created simply holds no dead letters."""
+    if not topic:
+        return
+    try:
+        yield from read_to_end(client_conf, topic, timeout_s)
+    except UnknownTopicError:
+        return
+
+
+def format_report(report: VerifyReport, *, strict_order: bool = False) -> str:
+    """A table for people, one row per input partition and a total."""
+    cols = ("inputs", "results", "dead_letters", "lost", "duplicates", "out_of_order")
+    lines = [f"{'partition':>9} " + " ".join(f"{c:>12}" for c in cols)]
+    for p in report.partitions:
+        lines.append(f"{p.partition:>9} " + " ".join(f"{getattr(p, c):>12}" for c in cols))
+        if p.lost_offsets:
+            lines.append(f"{'':>9} lost offsets (first {len(p.lost_offsets)}): {p.lost_offsets}")
+    total = report.summary()
+    lines.append(f"{'total':>9} " + " ".join(f"{total[c]:>12}" for c in cols))
+    if not report.ok:
+        lines.append("FAILED: inputs lost")
+    elif not report.judge(strict_order=strict_order):
+        lines.append("FAILED: inputs answered out of offset order")
+    else:
+        lines.append("OK: nothing lost")
+    return "\n".join(lines)

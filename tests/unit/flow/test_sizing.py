@@ -1,0 +1,122 @@
+"""service/adaptive.py: AIMD on the target batch size, driven by backlog and service time. Pure."""
+
+from __future__ import annotations
+
+import pytest
+
+from service.flow.sizing import BatchSizeController, BusyShare, FixedBatchSize
+
+SLO, WAIT = 0.25, 0.05  # budget per batch = (0.25 - 0.05) / 2 = 0.1 s
+FAST, SLOW = 0.01, 0.2
+
+
+def make(min_size: int = 4, max_size: int = 16, start: int | None = None) -> BatchSizeController:
+    return BatchSizeController(min_size, max_size, SLO, WAIT, start)
+
+
+def test_budget_is_what_the_slo_leaves_for_one_batch_after_the_window_and_the_batch_ahead():
+    assert make().budget_s == pytest.approx(0.1)
+
+
+def test_starts_at_min_size_and_start_is_clamped():
+    assert make().target == 4
+    assert make(start=100).target == 16
+    assert make(start=1).target == 4
+
+
+def test_backlog_grows_the_target_one_step_per_full_batch_up_to_max():
+    sizer = make()
+    targets = []
+    for _ in range(20):
+        decision = sizer.observe(size=sizer.target, service_s=FAST, backlog=1000)
+        targets.append(decision.target)
+        assert decision.rule == "backlog"
+    assert targets[:5] == [5, 6, 7, 8, 9]
+    assert targets[-1] == 16
+    assert max(targets) == 16
+
+
+def test_a_batch_over_budget_halves_the_target_but_not_below_min():
+    sizer = make(start=16)
+    assert sizer.observe(16, SLOW, backlog=1000).target == 8
+    assert sizer.observe(8, SLOW, backlog=1000).target == 4
+    decision = sizer.observe(4, SLOW, backlog=1000)
+    assert (decision.target, decision.rule) == (4, "over_budget")
+
+
+def test_over_budget_wins_over_backlog():
+    sizer = make(start=10)
+    assert sizer.observe(10, SLOW, backlog=10_000).rule == "over_budget"
+
+
+def test_no_backlog_shrinks_one_step_towards_min_for_lower_latency():
+    sizer = make(start=8)
+    targets = [sizer.observe(3, FAST, backlog=0).target for _ in range(6)]
+    assert targets == [7, 6, 5, 4, 4, 4]
+
+
+def test_some_backlog_but_less_than_a_batch_holds_the_target():
+    sizer = make(start=8)
+    decision = sizer.observe(8, FAST, backlog=3)
+    assert (decision.target, decision.rule) == (8, "steady")
+
+
+def test_a_partial_batch_with_backlog_does_not_grow():
+    # A batch cut by its deadline before it filled says nothing about demand exceeding the size.
+    sizer = make(start=8)
+    assert sizer.observe(5, FAST, backlog=100).target == 8
+
+
+def test_settles_where_batches_keep_up_with_a_steady_load():
+    """A toy queue: 10 items arrive per step, one batch of `target` is served per step. The target grows
+    while the queue builds, and then holds within one of the arrival rate."""
+    sizer = make(min_size=1, max_size=64)
+    queue = 0
+    history = []
+    for _ in range(200):
+        queue += 10
+        size = min(queue, sizer.target)
+        queue -= size
+        history.append(sizer.observe(size, FAST, backlog=queue).target)
+    assert all(9 <= t <= 12 for t in history[-50:]), history[-50:]
+
+
+def test_bad_bounds_are_refused():
+    with pytest.raises(ValueError, match="min_size"):
+        BatchSizeController(8, 4, SLO, WAIT)
+    with pytest.raises(ValueError, match="SLO"):
+        BatchSizeController(1, 4, WAIT, WAIT)
+
+
+def test_fixed_size_never_moves():
+    sizer = FixedBatchSize(16)
+    for backlog, service in ((0, FAST), (10_000, FAST), (10_000, SLOW)):
+        assert sizer.observe(3, service, backlog).target == 16
+
+
+def test_a_busy_loop_grows_the_target_before_a_backlog_forms():
+    sizer = make(start=4)
+    decision = sizer.observe(size=3, service_s=FAST, backlog=0, busy=0.9)
+    assert (decision.target, decision.rule) == (5, "busy")
+
+
+def test_idle_shrinking_waits_until_the_loop_is_mostly_idle():
+    sizer = make(start=8)
+    assert sizer.observe(3, FAST, backlog=0, busy=0.6).rule == "steady"  # between the thresholds: hold
+    assert sizer.observe(3, FAST, backlog=0, busy=0.2).target == 7
+
+
+def test_busy_share_is_service_time_over_wall_time():
+    share = BusyShare(weight=1.0)  # no smoothing: each reading is the last batch's share
+    assert share.observe(0.01, now=100.0) == 0.0  # nothing to compare with yet
+    assert share.observe(0.01, now=100.04) == pytest.approx(0.25)
+    assert share.observe(0.05, now=100.08) == 1.0  # back to back, or overlapping: fully busy
+
+
+def test_busy_share_is_smoothed():
+    share = BusyShare(weight=0.5)
+    share.observe(0.0, now=0.0)
+    readings = [share.observe(0.01, now=0.02 * k) for k in range(1, 6)]
+    assert readings[0] == pytest.approx(0.25)
+    assert readings == sorted(readings)
+    assert readings[-1] == pytest.approx(0.5, abs=0.02)

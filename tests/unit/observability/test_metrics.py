@@ -1,0 +1,67 @@
+"""service/metrics.py: the bulk histogram matches the client library's own, and state gauges follow the
+assignment."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client.utils import floatToGoString
+
+from service.observability.metrics import LATENCY_BUCKETS, BulkHistogram, Metrics
+
+
+def sample(registry: CollectorRegistry, name: str, labels: dict[str, str] | None = None) -> float | None:
+    return registry.get_sample_value(name, labels or {})
+
+
+def test_bulk_histogram_counts_like_the_client_librarys_histogram():
+    values = np.array([0.0, 0.001, 0.0011, 0.003, 0.02, 0.25, 0.2500001, 7.0, 100.0])
+    reference_registry, bulk_registry = CollectorRegistry(), CollectorRegistry()
+    reference = Histogram("lat_seconds", "x", buckets=LATENCY_BUCKETS, registry=reference_registry)
+    for v in values:
+        reference.observe(v)
+    bulk = BulkHistogram("lat_seconds", "x", LATENCY_BUCKETS)
+    bulk_registry.register(bulk)
+    bulk.observe_many(values[:4])
+    bulk.observe_many(values[4:])
+    bulk.observe_many(np.empty(0))
+    for le in [*(floatToGoString(b) for b in LATENCY_BUCKETS), "+Inf"]:
+        labels = {"le": le}
+        ref = sample(reference_registry, "lat_seconds_bucket", labels)
+        assert sample(bulk_registry, "lat_seconds_bucket", labels) == ref, le
+    assert sample(bulk_registry, "lat_seconds_count") == len(values)
+    assert sample(bulk_registry, "lat_seconds_sum") == pytest.approx(values.sum())
+
+
+def test_a_batch_moves_every_per_batch_metric():
+    m = Metrics()
+    m.batch(3, 0.004, 0.002, np.array([0.01, 0.02, 0.03]), (10, 12))
+    m.batch(2, 0.001, None, np.array([0.5, 0.6]), None)  # ran in pieces: no model time
+    r = m.registry
+    assert sample(r, "microbatch_batch_size_count") == 2
+    assert sample(r, "microbatch_batch_size_sum") == 5
+    assert sample(r, "microbatch_results_produced_total") == 5
+    assert sample(r, "microbatch_inference_seconds_count") == 1
+    assert sample(r, "microbatch_queue_wait_seconds_sum") == pytest.approx(0.005)
+    assert sample(r, "microbatch_end_to_end_latency_seconds_count") == 5
+    assert sample(r, "microbatch_end_to_end_latency_seconds_bucket", {"le": "0.025"}) == 2
+    assert sample(r, "microbatch_tokens_total", {"kind": "padded"}) == 12
+
+
+def test_lag_series_of_partitions_no_longer_assigned_disappear():
+    m = Metrics()
+    m.state(16, 5, 2, 0, {("in", 0): 7, ("in", 1): 0})
+    assert sample(m.registry, "microbatch_consumer_lag", {"topic": "in", "partition": "0"}) == 7
+    m.state(8, 0, 1, 1, {("in", 1): 3})
+    assert sample(m.registry, "microbatch_consumer_lag", {"topic": "in", "partition": "0"}) is None
+    assert sample(m.registry, "microbatch_consumer_lag", {"topic": "in", "partition": "1"}) == 3
+    assert sample(m.registry, "microbatch_batch_target_size") == 8
+    assert sample(m.registry, "microbatch_paused_partitions") == 1
+    assert sample(m.registry, "microbatch_assigned_partitions") == 1
+
+
+def test_each_metrics_object_has_its_own_registry():
+    a, b = Metrics(), Metrics()
+    a.consumed.inc(3)
+    assert sample(b.registry, "microbatch_events_consumed_total") == 0
