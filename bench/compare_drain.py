@@ -19,11 +19,12 @@ import uuid
 from pathlib import Path
 from statistics import median
 
+from service.config import KafkaSettings
 from service.tools.processes import settings_env, start
 from service.tools.reader import read_at_least
 from service.tools.topics import TopicAdmin, Watermarks
 
-BOOTSTRAP = os.environ.get("MICROBATCH_KAFKA__BOOTSTRAP_SERVERS", "127.0.0.1:9092")
+BOOTSTRAP = os.environ.get(KafkaSettings.env("bootstrap_servers"), "127.0.0.1:9092")
 CLIENT = {"bootstrap.servers": BOOTSTRAP}
 PARTITIONS = 4
 BIN = os.path.join(os.path.dirname(sys.executable), "microbatch")

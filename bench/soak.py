@@ -21,11 +21,11 @@ import uuid
 from pathlib import Path
 
 import msgspec
-from confluent_kafka import Consumer, TopicPartition
+import psutil
 
 from service.tools.processes import start_service
 from service.tools.produce import EventProducer
-from service.tools.topics import TopicAdmin
+from service.tools.topics import TopicAdmin, Watermarks
 from service.tools.verify import verify
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,24 +35,19 @@ SAMPLE_EVERY_S = 10.0
 
 
 def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
+    return psutil.Process(pid).memory_info().rss / 2**20
 
 
 def lag(bootstrap: str, group: str, topic: str) -> int:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    """Inputs the service group has not committed yet."""
+    conf = {"bootstrap.servers": bootstrap}
+    committed = TopicAdmin(conf).committed(group, topic, PARTITIONS)
+    watermarks = Watermarks(conf)
     try:
-        parts = [TopicPartition(topic, p) for p in range(PARTITIONS)]
-        committed = consumer.committed(parts, timeout=10)
-        total = 0
-        for tp in committed:
-            high = consumer.get_watermark_offsets(TopicPartition(topic, tp.partition), timeout=10)[1]
-            total += high - max(tp.offset, 0)
-        return total
+        ends = watermarks.end_offsets(topic, PARTITIONS)
     finally:
-        consumer.close()
+        watermarks.close()
+    return sum(end - max(committed.get(p, 0), 0) for p, end in ends.items())
 
 
 def stats_lines(log_path: Path, since: int) -> tuple[list[dict], int]:

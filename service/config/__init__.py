@@ -14,6 +14,7 @@ from service.config._kafka import (
     private_option,
     private_values_of,
     redact,
+    redactor,
 )
 from service.config._load import load_settings
 from service.config._root import Settings, sections
@@ -49,6 +50,7 @@ __all__ = [
     "private_option",
     "private_values_of",
     "redact",
+    "redactor",
     "require_topics",
     "sections",
 ]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal
 
 from pydantic import Field, SecretStr, ValidationInfo, field_validator
@@ -20,6 +20,7 @@ EXTRA_FIELDS = ("consumer_extra", "producer_extra", "extra")
 _PRIVATE_OPTION = re.compile(r"password|secret|token|credential|jaas|\bkey\b|pem$", re.IGNORECASE)
 
 _REDACTED = "***"
+_NUMBER = re.compile(r"[-+]?\d+(\.\d+)?")
 # A configured value shorter than this is hidden only where it stands as a word of its own: "1" must not
 # turn "10" into "***0".
 _ANYWHERE_FROM = 8
@@ -118,12 +119,14 @@ class KafkaSettings(Section):
         }
 
     def private_values(self) -> list[str]:
-        """Every value a client message must not show: the secrets, and every value given through the
-        ``*_EXTRA`` settings (any of them may be a passphrase, and librdkafka quotes values it rejects)."""
-        values = [str(v) for name in EXTRA_FIELDS for v in getattr(self, name).values()]
+        """Every value a client message must not show: the secrets, and every text value given through
+        the ``*_EXTRA`` settings (any of them may be a passphrase under a mistyped key, and librdkafka
+        quotes values it rejects). Numbers, booleans and words under three characters are left visible:
+        hiding ``5`` would hide partition ``[5]`` too, and no passphrase is that short."""
+        values = [v for name in EXTRA_FIELDS for k, v in getattr(self, name).items() if _hideable(k, v)]
         if self.sasl_password:
             values.append(self.sasl_password.get_secret_value())
-        return [v for v in values if v]
+        return [str(v) for v in values if str(v)]
 
     def extra_setting(self, message: str) -> str:
         """The ``*_EXTRA`` variable most likely behind a librdkafka configuration error ``message``: the
@@ -138,17 +141,39 @@ def private_option(key: str) -> bool:
     return bool(_PRIVATE_OPTION.search(key))
 
 
+def _hideable(key: str, value: object) -> bool:
+    if private_option(key):
+        return True
+    text = str(value)
+    return (
+        isinstance(value, str)
+        and len(text) >= 3
+        and text.lower() not in {"true", "false"}
+        and not _NUMBER.fullmatch(text)
+    )
+
+
 def private_values_of(conf: Mapping[str, object]) -> list[str]:
     """The values of a client configuration's credential options (see :func:`private_option`)."""
     return [str(v) for k, v in conf.items() if private_option(k) and isinstance(v, str | int) and str(v)]
 
 
+def redactor(values: Iterable[str]) -> Callable[[str], str]:
+    """A function that replaces each of ``values`` in a text by ``***`` wherever it appears (librdkafka
+    writes both ``Invalid value "x"`` and ``fopen(x, r)``), a short value only where it stands as a word.
+    One compiled pattern, so it is cheap enough for every failed delivery."""
+    unique = sorted({v for v in values if v}, key=len, reverse=True)
+    if not unique:
+        return lambda text: text
+    long = [re.escape(v) for v in unique if len(v) >= _ANYWHERE_FROM]
+    short = [re.escape(v) for v in unique if len(v) < _ANYWHERE_FROM]
+    parts = [f"(?:{'|'.join(long)})"] if long else []
+    if short:
+        parts.append(rf"(?<![\w.-])(?:{'|'.join(short)})(?![\w.-])")
+    pattern = re.compile("|".join(parts))
+    return lambda text: pattern.sub(_REDACTED, text)
+
+
 def redact(text: str, values: Iterable[str]) -> str:
-    """``text`` with each of ``values`` replaced by ``***`` wherever it appears (librdkafka writes both
-    ``Invalid value "x"`` and ``fopen(x, r)``); a short value only where it stands as a word."""
-    for value in sorted(set(values), key=len, reverse=True):
-        pattern = (
-            re.escape(value) if len(value) >= _ANYWHERE_FROM else rf"(?<![\w.-]){re.escape(value)}(?![\w.-])"
-        )
-        text = re.sub(pattern, _REDACTED, text)
-    return text
+    """``text`` through :func:`redactor`."""
+    return redactor(values)(text)

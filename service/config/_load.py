@@ -9,7 +9,7 @@ import os
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, get_origin
+from typing import Any, get_args, get_origin
 
 from dotenv import dotenv_values
 from pydantic import ValidationError
@@ -49,12 +49,16 @@ def _variables() -> dict[str, str]:
 
 
 def refuse_unknown_sections(variables: Iterable[str]) -> None:
-    """Refuse a variable whose section is not one of ``Settings`` (``MICROBATCH_BACTH__MAX_SIZE``): it
-    would otherwise be ignored silently. Raises ConfigError naming ``MICROBATCH_<SECTION>``."""
+    """Refuse a ``MICROBATCH_<SECTION>__<FIELD>`` variable whose section is not one of ``Settings``
+    (``MICROBATCH_BACTH__MAX_SIZE``): it would otherwise be ignored silently. Raises ConfigError naming
+    ``MICROBATCH_<SECTION>``. Names without the ``__`` are not settings and are left alone: Kubernetes and
+    Docker give a container ``MICROBATCH_SERVICE_HOST`` or ``MICROBATCH_PORT`` for a service called
+    ``microbatch``."""
     known = list(sections())
     for name in sorted(variables):
-        section = name.removeprefix(ENV_PREFIX).split(ENV_DELIMITER, 1)[0].lower()
-        if section not in known:
+        section, delimiter, _field = name.removeprefix(ENV_PREFIX).partition(ENV_DELIMITER)
+        section = section.lower()
+        if delimiter and section not in known:
             raise ConfigError(
                 env_name((section,)), "unknown settings section" + _did_you_mean(section, known)
             )
@@ -96,6 +100,7 @@ def _undecodable_setting(text: str, variables: Mapping[str, str]) -> str:
         try:
             json.loads(value)
         except ValueError:
-            if get_origin(info.annotation) in (dict, list):
+            origins = {get_origin(t) for t in (info.annotation, *get_args(info.annotation))}
+            if origins & {dict, list}:
                 return env_name((section, field_name))
     return env_name((section,))

@@ -69,7 +69,8 @@ class ExecutorLike(Protocol):
 
 
 class TelemetryLike(Protocol):
-    """Where the loop reports what happened: once per consumed group, batch, acknowledgement or commit."""
+    """Where the loop reports what happened: per consumed group, batch, acknowledgement, commit or dead
+    letter, never per healthy message."""
 
     def loop(self) -> None: ...
 

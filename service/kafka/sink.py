@@ -15,10 +15,10 @@ from functools import partial
 import structlog
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
-from service.config import KafkaSettings
+from service.config import KafkaSettings, redactor
 from service.flow.records import InputRecord, OutRecord
 from service.kafka.watch import FatalWatch
-from service.observability.logs import RateLimitedClientLog
+from service.observability.logs import client_log
 
 _log = structlog.get_logger("microbatch.sink")
 
@@ -38,9 +38,11 @@ class Sink:
     """Wraps ``confluent_kafka.Producer`` (idempotent, acks=all)."""
 
     def __init__(self, settings: KafkaSettings) -> None:
-        self._fatal = FatalWatch("producer")
-        logger = RateLimitedClientLog(private=settings.private_values())
-        conf = settings.producer_config() | {"error_cb": self._fatal, "logger": logger}
+        self._redact = redactor(settings.private_values())
+        self._fatal = FatalWatch("producer", redact=self._redact)
+        options = settings.producer_config()
+        conf: dict[str, object] = {**options, "error_cb": self._fatal}
+        conf["logger"] = client_log(options, settings.private_values())
         self._producer = Producer(conf)
         self._acked: list[InputRecord] = []
         self._refused: list[tuple[OutRecord, str]] = []
@@ -116,11 +118,11 @@ class Sink:
             "source_topic": out.source.topic,
             "source_partition": out.source.partition,
             "source_offset": out.source.offset,
-            "error": err.str(),
+            "error": self._redact(err.str()),
         }
         if err.code() in _REFUSED:
             _log.error("delivery_refused", **fields)
-            self._refused.append((out, err.str()))
+            self._refused.append((out, self._redact(err.str())))
             return
         delay = min(_MAX_BACKOFF_S, 0.1 * 2**attempt)
         self._retry.append((time.monotonic() + delay, attempt + 1, out))

@@ -10,12 +10,12 @@ import structlog
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
-from service.config import KafkaSettings
+from service.config import KafkaSettings, redactor
 from service.errors import BrokerUnavailableError
 from service.flow.ports import RebalanceListener
 from service.flow.records import InputRecord, TopicPartition
 from service.kafka.watch import BrokerStats, FatalWatch
-from service.observability.logs import RateLimitedClientLog
+from service.observability.logs import client_log
 
 _log = structlog.get_logger("microbatch.source")
 
@@ -34,10 +34,12 @@ class Source:
     def __init__(
         self, settings: KafkaSettings, on_brokers: Callable[[bool], None] = lambda _up: None
     ) -> None:
-        self._fatal = FatalWatch("consumer", on_brokers)
+        self._redact = redactor(settings.private_values())
+        self._fatal = FatalWatch("consumer", on_brokers, self._redact)
         self._on_brokers = on_brokers
-        logger = RateLimitedClientLog(private=settings.private_values())
-        conf = settings.consumer_config() | {"error_cb": self._fatal, "logger": logger}
+        options = settings.consumer_config()
+        conf: dict[str, object] = {**options, "error_cb": self._fatal}
+        conf["logger"] = client_log(options, settings.private_values())
         conf.setdefault("statistics.interval.ms", _STATS_INTERVAL_MS)
         conf["stats_cb"] = self._on_stats
         self._consumer = Consumer(conf)
@@ -100,7 +102,7 @@ class Source:
         except KafkaException as exc:
             # A partition revoked in the meantime cannot be stored to; its new owner starts from the
             # last commit, so nothing is lost.
-            _log.debug("store_offsets_failed", error=str(exc))
+            _log.debug("store_offsets_failed", error=self._redact(str(exc)))
 
     def commit(self) -> bool:
         """Commit the stored offsets now and wait for the broker's answer. False when the commit failed
@@ -109,7 +111,7 @@ class Source:
             self._consumer.commit(asynchronous=False)
         except KafkaException as exc:
             if exc.args[0].code() != KafkaError._NO_OFFSET:
-                _log.warning("commit_failed", error=str(exc))
+                _log.warning("commit_failed", error=self._redact(str(exc)))
                 return False
         return True
 
@@ -129,11 +131,12 @@ class Source:
                 if time.monotonic() >= deadline:
                     raise BrokerUnavailableError(
                         f"no broker at {self._bootstrap} answered within {timeout_s:g}s "
-                        f"({KafkaSettings.env('startup_timeout_s')}): {exc.args[0].str()}"
+                        f"({KafkaSettings.env('startup_timeout_s')}): {self._redact(exc.args[0].str())}"
                     ) from None
                 if time.monotonic() >= next_log:
                     next_log = time.monotonic() + 30
-                    _log.warning("waiting_for_brokers", bootstrap=self._bootstrap, error=exc.args[0].str())
+                    error = self._redact(exc.args[0].str())
+                    _log.warning("waiting_for_brokers", bootstrap=self._bootstrap, error=error)
         return None
 
     def pause(self) -> None:
@@ -147,16 +150,16 @@ class Source:
         try:
             self._consumer.resume(parts)
         except KafkaException as exc:  # a partition never seen before has no pause flag to clear
-            _log.debug("resume_failed", error=str(exc))
+            _log.debug("resume_failed", error=self._redact(str(exc)))
 
     def close(self) -> None:
         self._consumer.close()
 
-    @staticmethod
-    def _on_message_error(msg: Message, err: KafkaError) -> None:
+    def _on_message_error(self, msg: Message, err: KafkaError) -> None:
         if err.code() == KafkaError._PARTITION_EOF:
             return
-        _log.warning("consume_error", topic=msg.topic(), partition=msg.partition(), error=err.str())
+        error = self._redact(err.str())
+        _log.warning("consume_error", topic=msg.topic(), partition=msg.partition(), error=error)
 
 
 def to_record(msg: Message, received: float) -> InputRecord:

@@ -26,11 +26,18 @@ class BrokerStats(msgspec.Struct):
 class FatalWatch:
     """A client's ``error_cb``: remembers the first fatal error so the loop can stop on it, and tells
     ``on_brokers(False)`` when every broker is down. Other errors are transient (librdkafka retries them)
-    and already reach the log through the client's logger."""
+    and already reach the log through the client's logger. ``redact`` takes configured values out of
+    librdkafka's text."""
 
-    def __init__(self, client: str, on_brokers: Callable[[bool], None] = lambda _up: None) -> None:
+    def __init__(
+        self,
+        client: str,
+        on_brokers: Callable[[bool], None] = lambda _up: None,
+        redact: Callable[[str], str] = lambda text: text,
+    ) -> None:
         self._client = client
         self._on_brokers = on_brokers
+        self._redact = redact
         self._error: KafkaError | None = None
 
     def __call__(self, err: KafkaError) -> None:
@@ -38,10 +45,12 @@ class FatalWatch:
             self._on_brokers(False)
         if err.fatal() and self._error is None:
             self._error = err
-            _log.error("kafka_fatal_error", client=self._client, error=err.str(), code=err.name())
+            _log.error(
+                "kafka_fatal_error", client=self._client, error=self._redact(err.str()), code=err.name()
+            )
 
     def check(self) -> None:
         """Raise FatalKafkaError if a fatal error was reported."""
         if self._error is not None:
             err = self._error
-            raise FatalKafkaError(self._client, err.code(), err.name(), err.str())
+            raise FatalKafkaError(self._client, err.code(), err.name(), self._redact(err.str()))

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 import structlog
 
-from service.config import LogSettings, private_values_of, redact
+from service.config import LogSettings, private_values_of, redactor
 
 
 class RateLimitedClientLog:
@@ -28,7 +28,7 @@ class RateLimitedClientLog:
         self._log = structlog.get_logger("librdkafka")
         self._every_s = every_s
         self._clock = clock
-        self._private = tuple(private)
+        self._redact = redactor(private)
         self._last: dict[tuple[str, str], tuple[float, int]] = {}
 
     def log(self, level: int, fmt: str, *args: object) -> None:
@@ -40,15 +40,14 @@ class RateLimitedClientLog:
             self._last[key] = (last, skipped + 1)
             return
         self._last[key] = (now, 0)
-        line = fmt % args if args else fmt
-        if self._private:
-            line = redact(line, self._private)
+        line = self._redact(fmt % args if args else fmt)
         self._log.log(level, line, similar_since_last=skipped)
 
 
-def client_log(conf: Mapping[str, object]) -> RateLimitedClientLog:
-    """The ``logger`` for a client built from ``conf``: the values of its credential options redacted."""
-    return RateLimitedClientLog(private=private_values_of(conf))
+def client_log(conf: Mapping[str, object], private: Iterable[str] = ()) -> RateLimitedClientLog:
+    """The ``logger`` of a client built from ``conf``: the values of its credential options redacted, and
+    those of ``private`` (the service's clients pass ``KafkaSettings.private_values()``)."""
+    return RateLimitedClientLog(private=[*private_values_of(conf), *private])
 
 
 def configure(settings: LogSettings) -> None:

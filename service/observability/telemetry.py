@@ -4,8 +4,8 @@ health probes from one call.
 This class is responsible for: counting consumed messages, dead letters, batches, acknowledgements,
 splits and commits, in both the periodic stats line and the metrics; telling the probes that the loop came
 round and that a broker answered; setting the state gauges about once a second; and logging the stats line
-every ``MICROBATCH_LOG__STATS_INTERVAL_S``. Each call is per consumed group, per batch or per commit, never
-per message.
+every ``MICROBATCH_LOG__STATS_INTERVAL_S``. Each call is per consumed group, per batch, per commit or per
+dead letter, never per healthy message.
 """
 
 from __future__ import annotations

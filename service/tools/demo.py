@@ -12,6 +12,7 @@ unless asked, no topics behind.
 from __future__ import annotations
 
 import argparse
+import sys
 import threading
 import time
 import uuid
@@ -25,7 +26,7 @@ import msgspec
 import numpy as np
 
 from service.config import Settings
-from service.errors import EXIT_OK
+from service.errors import EXIT_OK, BrokerUnavailableError
 from service.tools.processes import Child, start_service
 from service.tools.produce import EventProducer, ProduceReport
 from service.tools.reader import read_to_end
@@ -70,7 +71,11 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     """Exit 0 when every input got a result or a dead letter and both services stopped cleanly, else 1."""
     client_conf = settings.kafka.client_config()
     admin = TopicAdmin(client_conf)
-    admin.check()
+    try:
+        admin.check()
+    except BrokerUnavailableError as exc:
+        print(f"microbatch: {exc}", file=sys.stderr)
+        return 1  # what the demo has always exited with when no broker answers
     run_id = uuid.uuid4().hex[:8]
     log_dir = Path(".local/demo")
     runs = [
@@ -83,10 +88,10 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         for model, kind in MODELS.items()
     ]
     all_topics = [t for r in runs for t in r.topics.values()]
-    admin.create(all_topics, args.partitions)
     bootstrap = settings.kafka.bootstrap_servers
     print(f"demo {run_id}: {args.duration:.0f}s at {args.rate:.0f} events/s per model, broker {bootstrap}")
     try:
+        admin.create(all_topics, args.partitions)
         for model_run in runs:
             model_run.child = _start(model_run, settings, run_id, log_dir)
         for model_run in runs:
@@ -229,21 +234,22 @@ def _print_summary(model_run: ModelRun) -> None:
         print(f"dead letters by reason: {dict(sorted(model_run.dead.items()))}")
     if not results:
         return
-    traffic = [r for r in results if r["timestamps"]["event_ms"] >= model_run.traffic_from_ms]
-    produced = np.array([r["timestamps"]["produced_ms"] for r in traffic or results])
+    # The warm-up's results count as answers above; the figures below are the traffic's.
+    traffic = [r for r in results if r["timestamps"]["event_ms"] >= model_run.traffic_from_ms] or results
+    produced = np.array([r["timestamps"]["produced_ms"] for r in traffic])
     span_s = max((produced.max() - produced.min()) / 1000, 1e-3)
     print(f"throughput {len(produced) / span_s:.0f} results/s   provider {results[0]['model']['provider']}")
-    for phase, latency in latency_split(results, model_run.traffic_from_ms).items():
+    for phase, latency in latency_split(traffic, model_run.traffic_from_ms).items():
         if latency.size:
             p50, p99 = np.percentile(latency, [50, 99])
             when = f"first {START_UP_S:.0f} s" if phase == "start-up" else f"after {START_UP_S:.0f} s"
             line = f"end-to-end latency, {phase} ({when}, {latency.size} results)"
             print(f"{line}: p50 {p50:.0f} ms   p99 {p99:.0f} ms")
-    sizes = Counter(r["batch_size"] for r in results)
+    sizes = Counter(r["batch_size"] for r in traffic)
     print("batch sizes (items per batch size): " + "  ".join(f"{k}:{v}" for k, v in sorted(sizes.items())))
     if model_run.model == "log-classifier":
-        labels = Counter(r["result"].get("label") for r in results)
+        labels = Counter(r["result"].get("label") for r in traffic)
         print("labels: " + "  ".join(f"{k}:{v}" for k, v in labels.most_common()))
     else:
-        flagged = sum(bool(r["result"].get("is_anomaly")) for r in results)
-        print(f"anomalies flagged: {flagged} of {len(results)} ({100 * flagged / len(results):.1f}%)")
+        flagged = sum(bool(r["result"].get("is_anomaly")) for r in traffic)
+        print(f"anomalies flagged: {flagged} of {len(traffic)} ({100 * flagged / len(traffic):.1f}%)")

@@ -66,14 +66,57 @@ def required_field(kind: str) -> str:
     return "message" if kind == "logs" else METRIC_FEATURES[0]
 
 
+Headers = list[tuple[str, str | bytes | None]]
+
+
+class Deliveries:
+    """A producer for the tools and the tests: :meth:`send` waits (serving delivery reports) while the
+    local queue is full, every failed delivery is kept, and :meth:`flush` raises unless all arrived."""
+
+    def __init__(self, producer_conf: Mapping[str, Any]) -> None:
+        conf = dict(producer_conf)
+        self._producer = Producer(conf | {"logger": logs.client_log(conf)})
+        self._failures: list[str] = []
+
+    def send(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None = None,
+        headers: Headers | None = None,
+        on_delivered: Callable[[Message], None] | None = None,
+    ) -> None:
+        """Queue one record; ``on_delivered(message)`` runs once the broker acknowledged it."""
+
+        def delivered(err: KafkaError | None, msg: Message) -> None:
+            if err is not None:
+                self._failures.append(err.str())
+            elif on_delivered is not None:
+                on_delivered(msg)
+
+        while True:
+            try:
+                self._producer.produce(topic, value, key, headers=headers, on_delivery=delivered)
+                break
+            except BufferError:
+                self._producer.poll(0.05)
+        self._producer.poll(0)
+
+    def flush(self, what: str, timeout_s: float = 60) -> None:
+        """Wait for every acknowledgement. Raises RuntimeError naming ``what`` if any delivery failed or
+        some are still outstanding after ``timeout_s``."""
+        outstanding = self._producer.flush(timeout_s)
+        failures, self._failures = self._failures, []
+        if outstanding or failures:
+            raise RuntimeError(f"{what} failed: {outstanding} undelivered, errors {failures[:3]}")
+
+
 class EventProducer:
     """One idempotent producer for many sends: its set-up (metadata, the producer id, the broker
     connection) is paid once, by the first send, not by every later one."""
 
     def __init__(self, producer_conf: Mapping[str, Any]) -> None:
-        conf = {**producer_conf, "linger.ms": 5, "enable.idempotence": True}
-        self._producer = Producer(conf | {"logger": logs.client_log(conf)})
-        self._failures: list[str] = []
+        self._out = Deliveries({**producer_conf, "linger.ms": 5, "enable.idempotence": True})
 
     def send(
         self,
@@ -96,10 +139,9 @@ class EventProducer:
         rng = random.Random(seed)
         poison_kinds = sorted(k for k in POISON_KINDS if too_large_bytes or k != "too_large")
         target = required_field(kind)
-        producer = self._producer
         report = ProduceReport()
         start = time.monotonic()
-        header: list[tuple[str, str | bytes | None]] = [("event.kind", kind.encode())]
+        header: Headers = [("event.kind", kind.encode())]
         while report.sent < count and not (stop and stop()):
             chunk = min(_CHUNK, count - report.sent)
             for event in gen.logs(chunk) if kind == "logs" else gen.metrics(chunk):
@@ -114,21 +156,8 @@ class EventProducer:
                     ahead = start + report.sent / rate - time.monotonic()
                     if ahead > 0:
                         time.sleep(ahead)
-                while True:
-                    try:
-                        producer.produce(
-                            topic, value, event["host"].encode(), headers=header, on_delivery=self._delivered
-                        )
-                        break
-                    except BufferError:
-                        producer.poll(0.05)
-                producer.poll(0)
+                self._out.send(topic, value, event["host"].encode(), header)
                 report.sent += 1
-        if producer.flush(60) or self._failures:
-            raise RuntimeError(f"delivery failed: {self._failures[:3]}")
+        self._out.flush(f"producing to {topic}")
         report.seconds = time.monotonic() - start
         return report
-
-    def _delivered(self, err: KafkaError | None, _msg: Message) -> None:
-        if err is not None:
-            self._failures.append(err.str())

@@ -22,7 +22,7 @@ def read_to_end(client_conf: ClientConf, topic: str, timeout_s: float = 60) -> I
     """Yield every record of ``topic`` from the beginning up to the end it had when reading started.
     ``client_conf`` holds the connection options (bootstrap servers, security). Raises UnknownTopicError
     for a topic that does not exist, TimeoutError if the end is not reached within ``timeout_s`` (e.g. the
-    broker is down)."""
+    broker is down), RuntimeError for an error the client reports while reading."""
     consumer = _reader(client_conf)
     try:
         ends = {}

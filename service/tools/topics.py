@@ -3,13 +3,14 @@ their records, delete them and the groups that read them, best effort."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import time
 import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
@@ -78,6 +79,13 @@ class TopicAdmin:
                 raise TimeoutError(f"topic {topic!r} not ready after {timeout_s}s: {last}")
             time.sleep(0.1)
 
+    def committed(self, group: str, topic: str, partitions: int) -> dict[int, int]:
+        """``{partition: offset}`` that ``group`` committed for ``topic`` (negative: nothing committed)."""
+        request = [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in range(partitions)])]
+        futures = self.client.list_consumer_group_offsets(request, request_timeout=_REQUEST_TIMEOUT_S)
+        result = futures[group].result(timeout=60)
+        return {tp.partition: tp.offset for tp in result.topic_partitions or []}
+
     def delete(self, names: Iterable[str]) -> list[str]:
         """Delete ``names``; a topic already gone is fine. Returns the names that could not be deleted
         (a broker that is down, say), for the caller to report."""
@@ -92,6 +100,8 @@ class TopicAdmin:
             except KafkaException as exc:
                 if exc.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
                     failed.append(name)
+            except concurrent.futures.TimeoutError:
+                failed.append(name)
         return failed
 
     def delete_group(self, group: str) -> None:
@@ -99,7 +109,7 @@ class TopicAdmin:
         for future in self.client.delete_consumer_groups(
             [group], request_timeout=_REQUEST_TIMEOUT_S
         ).values():
-            with contextlib.suppress(KafkaException):
+            with contextlib.suppress(KafkaException, concurrent.futures.TimeoutError):
                 future.result(timeout=60)
 
 

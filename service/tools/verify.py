@@ -15,7 +15,7 @@ from typing import Any
 
 import msgspec
 
-from service.config import Settings
+from service.config import DlqSettings, OutputSettings, Settings
 from service.errors import EXIT_OK, UnknownTopicError
 from service.flow.records import InputRecord
 from service.tools.reader import read_to_end
@@ -26,8 +26,9 @@ ClientConf = Mapping[str, Any]
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--input", required=True, help="the input topic")
-    parser.add_argument("--output", default=None, help="results topic (default MICROBATCH_OUTPUT__TOPIC)")
-    parser.add_argument("--dlq", default=None, help="dead-letter topic (default MICROBATCH_DLQ__TOPIC)")
+    output, dlq = OutputSettings.env("topic"), DlqSettings.env("topic")
+    parser.add_argument("--output", default=None, help=f"results topic (default {output})")
+    parser.add_argument("--dlq", default=None, help=f"dead-letter topic (default {dlq})")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds to read each topic")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument(

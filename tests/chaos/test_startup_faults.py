@@ -1,5 +1,5 @@
 """Start-up faults (scenario 8): what is wrong before the loop starts must stop the service with one clear
-line on stderr naming what to fix, the documented exit code (service/cli.py: 2 invalid configuration,
+line on stderr naming what to fix, the documented exit code (service/errors.py: 2 invalid configuration,
 3 environment not ready) and no traceback; waiting forever for the brokers must stay stoppable.
 
 Every service here is a real ``python -m service run`` child, started and stopped by PID; the broker is the
@@ -9,7 +9,6 @@ session broker (or, for "unreachable", a port where nothing listens).
 from __future__ import annotations
 
 import json
-import os
 import random
 import signal
 import socket
@@ -27,6 +26,7 @@ from onnx import TensorProto, helper
 
 from service.engine import cuda_device_count
 from service.models.reference import MODELS_DIR
+from service.tools.processes import settings_env
 from tests.support.harness import ROOT, wait_for
 
 EXIT_CONFIG, EXIT_ENVIRONMENT = 2, 3
@@ -62,10 +62,9 @@ def _is_json(line: str) -> bool:
 
 
 def _env(**settings: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MICROBATCH_")}
-    env |= {"MICROBATCH_LOG__FORMAT": "json", "MICROBATCH_MODEL__INTRA_OP_THREADS": "1"}
-    env["MICROBATCH_METRICS__PORT"] = "0"  # tests may overlap; a fixed port would collide
-    return env | {f"MICROBATCH_{k.upper()}": str(v) for k, v in settings.items()}
+    # As tests.support.harness.start_service sets them, but stdout and stderr are read apart here.
+    defaults = {"log__format": "json", "model__intra_op_threads": "1", "metrics__port": "0"}
+    return settings_env(defaults | settings)
 
 
 def _spawn(tmp_path: Path, **settings: str) -> tuple[subprocess.Popen, Path]:

@@ -341,7 +341,7 @@ def test_dockerignore_admits_only_what_the_build_copies(stages):
     for unwanted in (
         ".venv/bin/python",
         ".local/kafka",
-        "tests/unit/test_deploy_files.py",
+        "tests/deploy/test_deploy_files.py",
         "service/__pycache__/cli.cpython-311.pyc",
     ):
         assert _dockerignored(unwanted), f"{unwanted} must stay out of the build context"

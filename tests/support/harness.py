@@ -13,17 +13,19 @@ import urllib.request
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import msgspec
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Message
 from prometheus_client.parser import text_string_to_metric_families
 
 from service.tools.generate import EventGenerator
 from service.tools.processes import Child
 from service.tools.processes import start_service as start_child
+from service.tools.produce import Deliveries
 from service.tools.reader import read_at_least
-from service.tools.topics import Watermarks
+from service.tools.topics import TopicAdmin, Watermarks
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -53,18 +55,15 @@ def start_on_topics(tmp_path, kafka_bootstrap, topics, group_id, model="metrics-
 
 def produce(bootstrap: str, topic: str, items: list[tuple[bytes | None, bytes | None]]) -> list[Coord]:
     """Send (key, value) pairs in order; return each one's (partition, offset) from its delivery report."""
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
+    out = Deliveries({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
     coords: list[Coord | None] = [None] * len(items)
 
-    def delivered(index: int, err, msg) -> None:
-        assert err is None, err
+    def delivered(index: int, msg: Message) -> None:
         coords[index] = (msg.partition(), msg.offset())
 
     for i, (key, value) in enumerate(items):
-        headers = [("trace-id", f"t-{i}".encode())]
-        producer.produce(topic, value, key, headers=headers, on_delivery=lambda e, m, i=i: delivered(i, e, m))
-        producer.poll(0)
-    assert producer.flush(30) == 0
+        out.send(topic, value, key, [("trace-id", f"t-{i}".encode())], partial(delivered, i))
+    out.flush(f"producing the test input to {topic}", 30)
     assert all(c is not None for c in coords)
     return coords  # type: ignore[return-value]
 
@@ -119,12 +118,7 @@ def assert_order_per_partition(outputs: list[Output]) -> None:
 
 
 def committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
-    try:
-        parts = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
-        return {p.partition: p.offset for p in parts}
-    finally:
-        consumer.close()
+    return TopicAdmin({"bootstrap.servers": bootstrap}).committed(group, topic, partitions)
 
 
 def end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:

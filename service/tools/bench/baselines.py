@@ -112,10 +112,13 @@ class Outbox:
 
 
 def _clients(settings: Settings) -> tuple[Consumer, Outbox]:
-    private = settings.kafka.private_values()
-    logger = logs.RateLimitedClientLog(private=private)
-    consumer = Consumer(settings.kafka.consumer_config() | {"logger": logger})
-    producer = Producer(settings.kafka.producer_config() | {"logger": logger})
+    kafka, private = settings.kafka, settings.kafka.private_values()
+    consumer = Consumer(
+        kafka.consumer_config() | {"logger": logs.client_log(kafka.consumer_config(), private)}
+    )
+    producer = Producer(
+        kafka.producer_config() | {"logger": logs.client_log(kafka.producer_config(), private)}
+    )
     return consumer, Outbox(producer)
 
 

@@ -12,10 +12,13 @@ import datetime as dt
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from service.config import KafkaSettings, Settings
-from service.tools.bench import report
-from service.tools.bench.runner import Bench, Options
+from service.errors import UsageError
+
+if TYPE_CHECKING:
+    from service.tools.bench.runner import Options
 
 RESULTS_DIR = Path("bench/results")
 
@@ -64,7 +67,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    """Run the selected scenarios; exit 0, or 1 when a system did not answer every input."""
+    """Run the selected scenarios; exit 0, or 1 when a system did not answer every input. Raises
+    UsageError when the ``bench`` extra is not installed."""
+    try:
+        from service.tools.bench.runner import Options
+    except ImportError as exc:  # tqdm, psutil: the bench extra
+        raise UsageError(
+            "bench", f"needs the 'bench' extra (pip install 'microbatch[bench]'): {exc}"
+        ) from None
     quick = args.quick
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     options = Options(
@@ -91,6 +101,9 @@ def _given(value: float | None, default: float) -> float:
 
 def run_bench(options: Options, settings: Settings) -> int:
     """Run, write the results file, print the Markdown tables. Exit 1 if any system lost or stalled."""
+    from service.tools.bench import report
+    from service.tools.bench.runner import Bench
+
     bench = Bench(options, settings)
     bench.check_broker()
     result = bench.run()

@@ -15,11 +15,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import msgspec
-from confluent_kafka import KafkaError, Message, Producer
 
-from service.observability import logs
 from service.tools.bench.measure import Output
 from service.tools.bench.workload import Event
+from service.tools.produce import Deliveries
 from service.tools.reader import read_to_end
 
 SENT_HEADER = "bench.sent_us"
@@ -47,14 +46,12 @@ class Sender:
     idempotent producer id), so that its own start-up is not counted as the system's latency."""
 
     def __init__(self, producer_conf: Mapping[str, Any]) -> None:
-        self._producer = Producer({**producer_conf, "logger": logs.client_log(producer_conf)})
-        self._failures: list[str] = []
+        self._out = Deliveries(producer_conf)
 
     def send(self, topic: str, events: Sequence[Event], rate: float = 0.0) -> float:
         """Send ``events`` to ``topic`` at ``rate`` per second (0: as fast as possible), each with its
         send time in the ``bench.sent_us`` header. Blocks until all are acknowledged; returns the seconds
         the sending took. Raises RuntimeError if any delivery failed."""
-        producer = self._producer
         start = time.monotonic()
         for i, (key, value) in enumerate(events):
             if rate:
@@ -63,24 +60,10 @@ class Sender:
                 ahead = start + i / rate - time.monotonic()
                 if ahead > 0.001:
                     time.sleep(ahead)
-            while True:
-                headers: list[tuple[str, str | bytes | None]] = [
-                    (SENT_HEADER, str(time.time_ns() // 1000).encode())
-                ]
-                try:
-                    producer.produce(topic, value, key, headers=headers, on_delivery=self._delivered)
-                    break
-                except BufferError:
-                    producer.poll(0.05)
-            producer.poll(0)
+            self._out.send(topic, value, key, [(SENT_HEADER, str(time.time_ns() // 1000).encode())])
         seconds = time.monotonic() - start
-        if producer.flush(60) or self._failures:
-            raise RuntimeError(f"producing the benchmark input to {topic} failed: {self._failures[:3]}")
+        self._out.flush(f"producing the benchmark input to {topic}")
         return seconds
-
-    def _delivered(self, err: KafkaError | None, _msg: Message) -> None:
-        if err is not None:
-            self._failures.append(err.str())
 
 
 class _Value(msgspec.Struct):

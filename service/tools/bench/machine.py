@@ -9,8 +9,6 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 POM = Path(__file__).resolve().parents[2] / "deploy" / "kafka-local" / "pom.xml"
 
 
@@ -19,6 +17,7 @@ def describe() -> dict[str, Any]:
     and the load average when the run started (other work on the machine skews every figure)."""
     import confluent_kafka
     import onnxruntime
+    import psutil  # the bench extra; the sweep reads only cpu_model() from here
 
     return {
         "cpu_model": cpu_model(),

@@ -36,7 +36,7 @@ MAX_SIZE: int = next(m.le for m in BatchSettings.model_fields["max_size"].metada
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Define the command's options. Cheap: nothing heavy is imported until :func:`run`."""
+    """Define the command's options."""
     parser.add_argument("--model", required=True, help="a reference model name, or the path of an .onnx file")
     parser.add_argument(
         "--sizes", default=DEFAULT_SIZES, help=f"batch sizes to try (default {DEFAULT_SIZES})"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 
 def plot_sweep(report: dict, path: Path) -> None:
-    """Write a PNG of a ``microbatch sweep`` report (see :func:`service.sweep.build_report`).
+    """Write a PNG of a ``microbatch sweep`` report (see :func:`service.tools.sweep.report.build_report`).
 
     Panels share a log2 batch-size axis: throughput with the knee and the recommendation marked; p50/p99
     batch latency with the SLO; device memory with its cap, when it was measured. ``report["rows"]`` must

@@ -34,7 +34,8 @@ def test_every_setting_is_in_the_readme_configuration_table():
 
 def test_the_readme_names_no_setting_that_does_not_exist():
     named = set(re.findall(r"`(MICROBATCH_[A-Z]+__[A-Z_]+)`", README.read_text()))
-    misspelt_on_purpose = {"MICROBATCH_BATCH__MAX_SIZ"}  # the README's example of an unknown setting
+    # The README's examples of an unknown field and an unknown section.
+    misspelt_on_purpose = {"MICROBATCH_BATCH__MAX_SIZ", "MICROBATCH_BACTH__MAX_SIZE"}
     assert named - settings_env_names() == misspelt_on_purpose
 
 

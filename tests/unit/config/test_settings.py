@@ -1,4 +1,4 @@
-"""service/config.py: MICROBATCH_* variables, the exact name in each ConfigError, secrets kept out of logs."""
+"""service/config/: MICROBATCH_* variables, the exact name in each ConfigError, secrets kept out of logs."""
 
 from __future__ import annotations
 
@@ -233,6 +233,14 @@ def test_an_unknown_name_is_refused_with_the_closest_known_one(monkeypatch, vari
         load_settings()
     assert info.value.setting == named
     assert f"did you mean {suggested}?" in str(info.value)
+
+
+def test_names_without_the_delimiter_are_not_settings_and_are_left_alone(monkeypatch):
+    # What Kubernetes service links and Docker links give a container next to a service "microbatch".
+    monkeypatch.setenv("MICROBATCH_SERVICE_HOST", "10.0.0.7")
+    monkeypatch.setenv("MICROBATCH_PORT", "tcp://10.0.0.7:9400")
+    monkeypatch.setenv("MICROBATCH_PORT_9400_TCP_ADDR", "10.0.0.7")
+    assert load_settings().batch.max_size == 16
 
 
 def test_an_unknown_section_without_a_close_match_is_refused_plainly(monkeypatch):

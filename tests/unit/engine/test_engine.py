@@ -1,4 +1,4 @@
-"""service/engine.py: provider choice (pure) and the Engine around a tiny ONNX model built here."""
+"""service/engine/: provider choice (pure) and the Engine around a tiny ONNX model built here."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""service/batcher.py: size and age triggers, the deadline of the OLDEST item, backlog cutting."""
+"""service/flow/batcher.py: size and age triggers, the deadline of the OLDEST item, backlog cutting."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""service/decode.py: the generic checks, the processor's verdict, and containment of processor bugs."""
+"""service/flow/decode.py: the generic checks, the processor's verdict, and containment of processor bugs."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""service/outputs.py: the result and dead-letter record formats."""
+"""service/flow/encode.py: the result and dead-letter record formats."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""service/offsets.py: the commit watermark is the first consumed offset that is not yet done."""
+"""service/flow/offsets.py: the commit watermark is the first consumed offset that is not yet done."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""service/adaptive.py: AIMD on the target batch size, driven by backlog and service time. Pure."""
+"""service/flow/sizing.py: AIMD on the target batch size, driven by backlog and service time. Pure."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""service/health.py: what the probes answer, on a fake clock."""
+"""service/observability/health.py: what the probes answer, on a fake clock."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""librdkafka's log lines are structured and throttled per client and facility."""
+"""service/observability/logs.py: librdkafka's log lines are structured, throttled per client and facility,
+and redacted."""
 
 from __future__ import annotations
 

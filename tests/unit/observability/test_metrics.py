@@ -1,5 +1,5 @@
-"""service/metrics.py: the bulk histogram matches the client library's own, and state gauges follow the
-assignment."""
+"""service/observability/metrics.py: the bulk histogram matches the client library's own, and state
+gauges follow the assignment."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""service/server.py: the three paths over real HTTP on a free local port."""
+"""service/observability/server.py: the three paths over real HTTP on a free local port."""
 
 from __future__ import annotations
 

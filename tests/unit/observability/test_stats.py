@@ -1,4 +1,4 @@
-"""service/stats.py: counters and percentiles over a window measured by the injected clock."""
+"""service/observability/stats.py: counters and percentiles over a window measured by the injected clock."""
 
 from __future__ import annotations
 

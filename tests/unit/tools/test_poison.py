@@ -1,4 +1,4 @@
-"""service/poison.py: every catalogued malformed message gets exactly the reason the catalogue promises,
+"""service/tools/poison.py: every catalogued malformed message gets exactly the reason the catalogue promises,
 through the real processors."""
 
 from __future__ import annotations

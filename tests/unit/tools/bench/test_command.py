@@ -1,4 +1,5 @@
-"""service/benchmark: the command line, and the environment each system under test is started with."""
+"""service/tools/bench/command.py: the command line, and the environment each system under test is
+started with."""
 
 from __future__ import annotations
 

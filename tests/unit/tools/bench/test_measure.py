@@ -1,4 +1,4 @@
-"""service/benchmark/measure.py: throughput, latency, CPU and memory figures from recorded values."""
+"""service/tools/bench/measure.py: throughput, latency, CPU and memory figures from recorded values."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""service/benchmark/report.py: Markdown from a results dict, and the marked block of a document."""
+"""service/tools/bench/report.py: Markdown from a results dict, and the marked block of a document."""
 
 from __future__ import annotations
 

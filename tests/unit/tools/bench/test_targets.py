@@ -1,4 +1,4 @@
-"""service/benchmark/targets.py and scenarios.py: ratios between systems and their verdicts."""
+"""service/tools/bench/targets.py and scenarios.py: ratios between systems and their verdicts."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""service/knee.py: the knee, the SLO and memory caps, and the stop rules, on hand-made numbers."""
+"""service/tools/sweep/knee.py: the knee, the SLO and memory caps, and the stop rules, on hand-made
+numbers."""
 
 from __future__ import annotations
 
