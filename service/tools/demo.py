@@ -35,8 +35,10 @@ from service.tools.verify import VerifyReport, verify
 
 MODELS = {"metrics-anomaly": "metrics", "log-classifier": "logs"}
 WARM_UP_EVENTS = 20
-START_UP_S = 5.0
-"""The first seconds of traffic, reported apart from the steady state."""
+START_UP_S = 10.0
+"""The first seconds of traffic, reported apart from the steady state: a freshly formatted broker's JVM
+takes over a core of a small machine while it warms up, and the latency tail of those seconds is its
+(measured on 2 cores: p99 330-720 ms in the first 10 s, 24-46 ms after)."""
 _DEMO_MAX_VALUE_BYTES = 65_536
 _ASSIGNED_TIMEOUT_S = 60.0
 _ANSWER_TIMEOUT_S = 60.0
