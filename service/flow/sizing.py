@@ -117,10 +117,6 @@ class Sizing:
         self._busy = BusyShare()
         self._clock = clock
 
-    @property
-    def target(self) -> int:
-        return self._controller.target
-
     def observe(self, size: int, service_s: float, backlog: int) -> int:
         """Fold in a batch of ``size`` items that took ``service_s`` seconds with ``backlog`` messages
         waiting; return the new target."""

@@ -66,7 +66,8 @@ def required_field(kind: str) -> str:
     return "message" if kind == "logs" else METRIC_FEATURES[0]
 
 
-Headers = list[tuple[str, str | bytes | None]]
+ClientHeaders = list[tuple[str, str | bytes | None]]
+"""Headers as the librdkafka client takes them (``service.flow.records.Headers`` is what it gives back)."""
 
 
 class Deliveries:
@@ -83,7 +84,7 @@ class Deliveries:
         topic: str,
         value: bytes | None,
         key: bytes | None = None,
-        headers: Headers | None = None,
+        headers: ClientHeaders | None = None,
         on_delivered: Callable[[Message], None] | None = None,
     ) -> None:
         """Queue one record; ``on_delivered(message)`` runs once the broker acknowledged it."""
@@ -141,7 +142,7 @@ class EventProducer:
         target = required_field(kind)
         report = ProduceReport()
         start = time.monotonic()
-        header: Headers = [("event.kind", kind.encode())]
+        header: ClientHeaders = [("event.kind", kind.encode())]
         while report.sent < count and not (stop and stop()):
             chunk = min(_CHUNK, count - report.sent)
             for event in gen.logs(chunk) if kind == "logs" else gen.metrics(chunk):

@@ -121,19 +121,20 @@ class Watermarks:
         conf = {**client_conf, "group.id": f"microbatch-watermarks-{uuid.uuid4().hex}"}
         self._consumer = Consumer(conf | {"logger": logs.client_log(conf)})
 
+    def watermarks(self, topic: str, partitions: int) -> dict[int, tuple[int, int]]:
+        """``{partition: (low, high)}``: the offset of the first record still held, and the offset the
+        next record will get."""
+        get = self._consumer.get_watermark_offsets
+        return {p: get(TopicPartition(topic, p), timeout=10) for p in range(partitions)}
+
     def end_offsets(self, topic: str, partitions: int) -> dict[int, int]:
         """``{partition: offset}``: the offset the next record of each partition will get."""
-        get = self._consumer.get_watermark_offsets
-        return {p: get(TopicPartition(topic, p), timeout=10)[1] for p in range(partitions)}
+        return {p: high for p, (_low, high) in self.watermarks(topic, partitions).items()}
 
     def count(self, topic: str, partitions: int) -> int:
         """How many records ``topic`` holds: cheap enough to ask twice a second while a system runs
         (reading the records themselves would compete with it for the CPU)."""
-        total = 0
-        for p in range(partitions):
-            low, high = self._consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-            total += max(0, high - max(low, 0))
-        return total
+        return sum(max(0, high - max(low, 0)) for low, high in self.watermarks(topic, partitions).values())
 
     def close(self) -> None:
         self._consumer.close()

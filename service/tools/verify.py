@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 from collections import Counter, defaultdict
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,10 +18,9 @@ import msgspec
 from service.config import DlqSettings, OutputSettings, Settings
 from service.errors import EXIT_OK, UnknownTopicError
 from service.flow.records import InputRecord
-from service.tools.reader import read_to_end
+from service.tools.reader import ClientConf, read_to_end
 
 Coord = tuple[int, int]  # (input partition, input offset)
-ClientConf = Mapping[str, Any]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
