@@ -32,6 +32,7 @@ from service.flow.pipeline import Pipeline
 from service.flow.ports import EngineLike, ExecutorLike, SinkLike, SourceLike, TelemetryLike
 from service.flow.records import Decoded
 from service.flow.sizing import BatchSizeController, FixedBatchSize, Sizing
+from service.formats import Picker, load_format
 from service.kafka import Sink, Source
 from service.observability import Health, Metrics, MetricsServer, Telemetry
 from service.processors import Processor
@@ -94,7 +95,12 @@ def build_pipeline(
         sink,
         topics=settings.input.topics,
         idle_poll_s=settings.input.idle_poll_ms / 1000,
-        decoder=Decoder(processor, settings.input.max_value_bytes),
+        decoder=Decoder(
+            load_format(settings.input.format),
+            processor,
+            settings.input.max_value_bytes,
+            Picker(settings.output.include_fields),
+        ),
         batcher=batcher,
         inference=inference,
         outputs=outputs,
@@ -150,6 +156,7 @@ def run_service(settings: Settings) -> int:
             version=model.ref.version,
             provider=model.ref.provider,
             inputs=settings.input.topics,
+            format=settings.input.format,
             output=settings.output.topic,
             dlq=settings.dlq.topic,
             batch=settings.batch.model_dump(),

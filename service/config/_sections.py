@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import Field, ValidationInfo, field_validator
 
 from service.config._base import TOPIC_RULE, CsvList, Section, TopicName, legal_topic, not_below, split_list
+from service.formats.paths import PathError, parse_path
 
 _PROVIDER_ALIASES = {
     "cuda": "CUDAExecutionProvider",
@@ -18,10 +19,16 @@ _PROVIDER_ALIASES = {
 }
 
 
+InputFormat = Literal["json", "text", "syslog", "otlp-proto", "otlp-json"]
+
+
 class InputSettings(Section):
-    """What to consume."""
+    """What to consume, and how its shippers write it."""
 
     topics: CsvList = Field(default_factory=list)
+    format: InputFormat = "json"
+    """How one message holds its items: a JSON object, a line of text, a syslog line, or an OTLP logs
+    request (one item per log record). See docs/FORMATS.md."""
     max_value_bytes: int = Field(1_048_576, ge=1)
     """Larger values go to the dead-letter topic as ``value_too_large``."""
     idle_poll_ms: int = Field(100, ge=1, le=10_000)
@@ -49,6 +56,18 @@ class OutputSettings(Section):
     topic: TopicName = "microbatch-results"
     flush_timeout_s: float = Field(30.0, gt=0)
     """Upper bound on waiting for outstanding deliveries at revoke and shutdown."""
+    include_fields: CsvList = Field(default_factory=list)
+    """Input fields (paths) copied into each result's ``fields``, so an alert says where it came from."""
+
+    @field_validator("include_fields", mode="before")
+    @classmethod
+    def _split(cls, value: object) -> object:
+        return split_list(value)
+
+    @field_validator("include_fields")
+    @classmethod
+    def _paths(cls, value: list[str]) -> list[str]:
+        return _valid_paths(value)
 
 
 class DlqSettings(Section):
@@ -133,12 +152,33 @@ class ModelSettings(Section):
             raise ValueError("at least one execution provider is required")
         return [_PROVIDER_ALIASES.get(p.lower(), p) for p in value]
 
+    @field_validator("features")
+    @classmethod
+    def _feature_paths(cls, value: list[str] | None) -> list[str] | None:
+        return None if value is None else _valid_paths(value)
+
+    @field_validator("text_field")
+    @classmethod
+    def _text_path(cls, value: str | None) -> str | None:
+        if value == "":
+            raise ValueError(f"is empty; to read each value whole, set {InputSettings.env('format')}=text")
+        return None if value is None else _valid_paths([value])[0]
+
     @field_validator("path", "tokenizer")
     @classmethod
     def _exists(cls, value: Path | None) -> Path | None:
         if value is not None and not value.is_file():
             raise ValueError("no such file")
         return value
+
+
+def _valid_paths(paths: list[str]) -> list[str]:
+    for number, text in enumerate(paths, 1):
+        try:
+            parse_path(text)
+        except PathError as exc:
+            raise ValueError(f"entry {number} {exc}" if len(paths) > 1 else str(exc)) from None
+    return paths
 
 
 class LogSettings(Section):

@@ -9,7 +9,9 @@ from pathlib import Path
 from service.config import ModelSettings, Settings
 from service.engine.session import Engine
 from service.errors import ConfigError
+from service.flow.decode import takes_format
 from service.flow.encode import ModelRef
+from service.formats import load_format
 from service.models.reference import choose_model
 from service.processors import ModelInfo, Processor, load_processor, prepare
 
@@ -27,8 +29,10 @@ class Model:
 
 
 def load_model(settings: Settings) -> Model:
-    """Load the configured model and its processor. Raises ConfigError naming the setting at fault."""
+    """Load the configured model and its processor, for the configured input format. Raises ConfigError
+    naming the setting at fault."""
     conf = settings.model
+    fmt = load_format(settings.input.format)
     choice = choose_model(conf)
     engine = Engine(choice.path, conf.providers, conf.intra_op_threads, conf.allow_spinning)
     name = choice.name or engine.metadata.get("microbatch.name") or Path(choice.path).stem
@@ -40,8 +44,14 @@ def load_model(settings: Settings) -> Model:
         output_names=engine.output_names,
         metadata=engine.metadata,
         settings={k: getattr(conf, k) for k in _PROCESSOR_FIELDS},
+        defaults={"text_field": fmt.text_field} if fmt.text_field else {},
     )
     processor = load_processor(conf.processor, info)
+    if not takes_format(processor, fmt):
+        raise ConfigError(
+            settings.input.env("format"),
+            f"the processor reads only json and text values (it has no parse_fields), not {fmt.name}",
+        )
     return Model(engine, processor, ModelRef(name, version, engine.provider))
 
 

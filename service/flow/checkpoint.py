@@ -1,6 +1,7 @@
 """The checkpoint: which consumed offsets are done, and committing exactly those.
 
-This class is responsible for: tracking every consumed offset until its output is acknowledged; storing
+This class is responsible for: tracking every consumed offset until all of its outputs (one per item of
+its message) are acknowledged; storing
 each partition's watermark as acknowledgements arrive (librdkafka's auto-commit sends what is stored);
 the flush-then-commit half of the commit contract (:meth:`Checkpoint.commit`); and the bookkeeping of
 partitions assigned, revoked and lost.
@@ -59,6 +60,12 @@ class Checkpoint:
                 self._tracker.forget([record.tp])
                 self._tracker.track(record.tp, record.offset)
 
+    def expect(self, counts: Sequence[tuple[InputRecord, int]]) -> None:
+        """Messages just tracked that hold other than one item: each is done when that many outputs are
+        acknowledged (none: at once, stored with the next acknowledgements)."""
+        for record, outputs in counts:
+            self._tracker.expect(record.tp, record.offset, outputs)
+
     def acknowledge(self, acked: Sequence[InputRecord]) -> int:
         """Fold acknowledged deliveries into the watermarks and store whatever moved; send replacements
         for outputs the broker refused for good. Returns how many replacements were sent."""
@@ -105,7 +112,7 @@ class Checkpoint:
         self.acknowledge(acked)
 
     def in_flight(self) -> int:
-        """Consumed messages whose output is not acknowledged yet."""
+        """Outputs of consumed messages not acknowledged yet (one per item)."""
         return self._tracker.in_flight()
 
     @property

@@ -1,4 +1,9 @@
-"""bytes -> item, or a rejection bound for the dead-letter topic. Never raises for bad input. Pure."""
+"""bytes -> items, or rejections bound for the dead-letter topic. Never raises for bad input. Pure.
+
+The input format splits a message into items with named fields (``service.formats``); the processor
+takes what it needs from each. ``json`` has a fast path: the processor's ``parse`` reads the raw value
+with a typed decoder, with no intermediate fields.
+"""
 
 from __future__ import annotations
 
@@ -6,19 +11,22 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
+import msgspec
+
 from service.errors import InvalidMessage, Reason
 from service.flow.records import Decoded, InputRecord, Rejection
+from service.formats import Entry, Format, Picker
+from service.formats.plain import parse_json
 from service.processors.base import Processor, prepare
 
 Parse = Callable[[bytes], Any]
+Counts = list[tuple[InputRecord, int]]
+"""Messages that hold other than one item, with how many: their offsets are done only when that many
+outputs are acknowledged (zero: at once)."""
 
 
-def decode(record: InputRecord, parse: Parse, max_value_bytes: int) -> Decoded | Rejection:
-    """Apply the generic checks (empty, too large), then the processor's ``parse``.
-
-    A processor signals bad input with :class:`InvalidMessage`; any other exception from it is a bug in
-    the processor but is still contained here, so that one message can never stop the loop.
-    """
+def check(record: InputRecord, max_value_bytes: int) -> Rejection | None:
+    """The checks every message gets before its format reads it: readable headers, a value, a size."""
     if record.header_error is not None:
         return Rejection(record, Reason.INVALID_HEADERS, record.header_error)
     value = record.value
@@ -28,8 +36,20 @@ def decode(record: InputRecord, parse: Parse, max_value_bytes: int) -> Decoded |
         return Rejection(record, Reason.EMPTY_VALUE, "empty value")
     if len(value) > max_value_bytes:
         return Rejection(record, Reason.VALUE_TOO_LARGE, f"{len(value)} bytes, limit is {max_value_bytes}")
+    return None
+
+
+def decode(record: InputRecord, parse: Parse, max_value_bytes: int) -> Decoded | Rejection:
+    """One message, one item: the generic checks, then the processor's ``parse`` of the raw value.
+
+    A processor signals bad input with :class:`InvalidMessage`; any other exception from it is a bug in
+    the processor but is still contained here, so that one message can never stop the loop.
+    """
+    rejection = check(record, max_value_bytes)
+    if rejection is not None:
+        return rejection
     try:
-        return Decoded(record, parse(value))
+        return Decoded(record, parse(record.value or b""))
     except InvalidMessage as exc:
         return Rejection(record, exc.reason, exc.detail)
     except Exception as exc:  # a processor's bug must not take the service down
@@ -40,8 +60,8 @@ Prepare = Callable[[list[Any]], list[Any]]
 
 
 def prepare_all(decoded: Sequence[Decoded], prepare: Prepare) -> tuple[list[Decoded], list[Rejection]]:
-    """Run the processor's ``prepare`` hook over a group of decoded messages at once. If it fails for
-    the group, it is retried one message at a time, so only the messages it fails on are rejected
+    """Run the processor's ``prepare`` hook over a group of decoded items at once. If it fails for the
+    group, it is retried one item at a time, so only the items it fails on are rejected
     (``invalid_event``). Never raises for a processor error."""
     if not decoded:
         return [], []
@@ -50,7 +70,8 @@ def prepare_all(decoded: Sequence[Decoded], prepare: Prepare) -> tuple[list[Deco
     except Exception as exc:
         if len(decoded) == 1:
             detail = f"processor failed to prepare it: {type(exc).__name__}: {exc}"[:500]
-            return [], [Rejection(decoded[0].record, Reason.INVALID_EVENT, detail)]
+            one = decoded[0]
+            return [], [Rejection(one.record, Reason.INVALID_EVENT, detail, one.index)]
         kept: list[Decoded] = []
         rejected: list[Rejection] = []
         for one in decoded:
@@ -58,30 +79,106 @@ def prepare_all(decoded: Sequence[Decoded], prepare: Prepare) -> tuple[list[Deco
             kept += ok
             rejected += bad
         return kept, rejected
-    return [Decoded(d.record, item) for d, item in zip(decoded, items, strict=True)], []
+    replace = msgspec.structs.replace
+    return [replace(d, item=item) for d, item in zip(decoded, items, strict=True)], []
+
+
+# Formats whose raw value a processor without parse_fields can still read with its parse.
+_RAW_FORMATS = ("json", "text")
+
+
+def takes_format(processor: Processor, fmt: Format) -> bool:
+    """Whether ``processor`` can read items of ``fmt``: any, with ``parse_fields``; else json and text."""
+    return hasattr(processor, "parse_fields") or fmt.name in _RAW_FORMATS
 
 
 class Decoder:
-    """Turns one consumed group into items for the batcher and rejections for the dead-letter topic:
-    :func:`decode` per message, then the processor's optional ``prepare`` over the whole group."""
+    """Turns one consumed group into items for the batcher and rejections for the dead-letter topic: the
+    format's split and the processor's parse per message, then the processor's optional ``prepare`` over
+    the whole group. Requires ``takes_format(processor, fmt)``."""
 
-    def __init__(self, processor: Processor, max_value_bytes: int) -> None:
-        self._parse = processor.parse
+    def __init__(
+        self, fmt: Format, processor: Processor, max_value_bytes: int, include: Picker | None = None
+    ) -> None:
         self._limit = max_value_bytes
+        self._parse = processor.parse
+        self._parse_fields: Callable[[Any], Any] | None = getattr(processor, "parse_fields", None)
+        self._split = fmt.split
+        self._fans_out = fmt.fans_out
+        self._include = include or Picker([])
+        # The raw value goes straight to parse for json (the fast path: typed decoding of exactly the
+        # processor's fields) unless fields are copied into results, which needs them all decoded.
+        self._raw = self._parse_fields is None or (fmt.name == "json" and not self._include)
         self._prepare = partial(prepare, processor) if hasattr(processor, "prepare") else None
 
-    def decode(self, records: Sequence[InputRecord]) -> tuple[list[Decoded], list[Rejection]]:
-        """``(accepted, rejected)``, each in consumption order. Never raises for bad input."""
-        parse, limit = self._parse, self._limit
+    def decode(self, records: Sequence[InputRecord]) -> tuple[list[Decoded], list[Rejection], Counts]:
+        """``(accepted, rejected, counts)``, each in consumption order; ``counts`` lists the messages
+        holding other than one item. Never raises for bad input."""
         accepted: list[Decoded] = []
         rejected: list[Rejection] = []
-        for record in records:  # per message: keep it lean
-            outcome = decode(record, parse, limit)
-            if isinstance(outcome, Rejection):
-                rejected.append(outcome)
-            else:
-                accepted.append(outcome)
+        counts: Counts = []
+        if self._raw:
+            parse, limit, include = self._parse, self._limit, self._include
+            for record in records:  # per message: keep it lean
+                outcome = decode(record, parse, limit)
+                if isinstance(outcome, Rejection):
+                    rejected.append(outcome)
+                elif include:
+                    accepted.append(msgspec.structs.replace(outcome, fields=_picked(include, record.value)))
+                else:
+                    accepted.append(outcome)
+        else:
+            for record in records:
+                self._items(record, accepted, rejected, counts)
         if self._prepare is not None and accepted:
             accepted, unprepared = prepare_all(accepted, self._prepare)
             rejected += unprepared
-        return accepted, rejected
+        return accepted, rejected, counts
+
+    def _items(
+        self, record: InputRecord, accepted: list[Decoded], rejected: list[Rejection], counts: Counts
+    ) -> None:
+        """Split one message and parse each of its items; a bad item is rejected alone."""
+        rejection = check(record, self._limit)
+        if rejection is not None:
+            rejected.append(rejection)
+            return
+        entries: list[Entry]
+        try:
+            entries = self._split(record.value or b"")
+        except InvalidMessage as exc:
+            rejected.append(Rejection(record, exc.reason, exc.detail))
+            return
+        except Exception as exc:  # a format's bug must not take the service down either
+            rejected.append(
+                Rejection(record, Reason.INVALID_EVENT, f"format failed: {type(exc).__name__}: {exc}")
+            )
+            return
+        if len(entries) != 1:
+            counts.append((record, len(entries)))
+        parse, include = self._parse_fields, self._include
+        assert parse is not None
+        for position, entry in enumerate(entries):
+            index = position if self._fans_out else None
+            if isinstance(entry, InvalidMessage):
+                rejected.append(Rejection(record, entry.reason, entry.detail, index))
+                continue
+            try:
+                item = parse(entry)
+            except InvalidMessage as exc:
+                rejected.append(Rejection(record, exc.reason, exc.detail, index))
+                continue
+            except Exception as exc:
+                detail = f"processor failed: {type(exc).__name__}: {exc}"
+                rejected.append(Rejection(record, Reason.INVALID_EVENT, detail, index))
+                continue
+            accepted.append(Decoded(record, item, index, include.pick(entry) if include else None))
+
+
+def _picked(include: Picker, value: bytes | None) -> dict[str, Any]:
+    """The included fields of a JSON value the processor already accepted (its own parse may have read
+    only part of it)."""
+    try:
+        return include.pick(parse_json(value or b""))
+    except InvalidMessage:
+        return {}

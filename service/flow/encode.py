@@ -20,10 +20,11 @@ class ModelRef(msgspec.Struct, frozen=True):
     provider: str
 
 
-class _Source(msgspec.Struct, gc=False):
+class _Source(msgspec.Struct, gc=False, omit_defaults=True):
     topic: str
     partition: int
     offset: int
+    index: int | None = None  # present when the input format fans out: the item's position in its message
 
 
 class _Timestamps(msgspec.Struct, gc=False):
@@ -32,7 +33,7 @@ class _Timestamps(msgspec.Struct, gc=False):
     produced_ms: int
 
 
-class _Result(msgspec.Struct, gc=False):
+class _Result(msgspec.Struct, gc=False, omit_defaults=True):
     """The result value, field for field as in the README. A Struct encodes about twice as fast as the
     equivalent nested dicts, and this runs once per message."""
 
@@ -41,6 +42,7 @@ class _Result(msgspec.Struct, gc=False):
     result: dict[str, Any]
     batch_size: int
     timestamps: _Timestamps
+    fields: dict[str, Any] | None = None  # MICROBATCH_OUTPUT__INCLUDE_FIELDS
 
 
 def result_record(
@@ -51,22 +53,27 @@ def result_record(
     batch_size: int,
     consumed_ms: int,
     produced_ms: int,
+    index: int | None = None,
+    fields: dict[str, Any] | None = None,
 ) -> OutRecord:
-    """One result for one input: same key, input headers passed through, value as in the README.
-    Raises TypeError or ValueError when ``result`` holds something JSON cannot encode."""
+    """One result for one item of an input (``index``: its position, when the format fans out): same
+    key, input headers passed through, value as in the README, with the ``fields`` chosen to be copied.
+    Raises TypeError or ValueError when ``result`` or ``fields`` hold something JSON cannot encode."""
     value = _Result(
-        _Source(record.topic, record.partition, record.offset),
+        _Source(record.topic, record.partition, record.offset, index),
         model,
         result,
         batch_size,
         _Timestamps(record.timestamp_ms, consumed_ms, produced_ms),
+        fields,
     )
-    return OutRecord(topic, record.key, _ENCODER.encode(value), record.headers, record)
+    return OutRecord(topic, record.key, _ENCODER.encode(value), record.headers, record, index)
 
 
 def dead_letter(rejection: Rejection, topic: str) -> OutRecord:
     """The original key and bytes, unchanged (a null value stays null); why and where from in the
-    ``error.*`` and ``source.*`` headers, after the input's own headers."""
+    ``error.*`` and ``source.*`` headers, after the input's own headers. The dead letter of one item of a
+    message carries the whole message, and the item's position in ``source.index``."""
     record = rejection.record
     headers: Headers = list(record.headers or [])
     headers += [
@@ -76,7 +83,9 @@ def dead_letter(rejection: Rejection, topic: str) -> OutRecord:
         ("source.partition", str(record.partition).encode()),
         ("source.offset", str(record.offset).encode()),
     ]
-    return OutRecord(topic, record.key, record.value, headers, record)
+    if rejection.index is not None:
+        headers.append(("source.index", str(rejection.index).encode()))
+    return OutRecord(topic, record.key, record.value, headers, record, rejection.index)
 
 
 def replace_refused(out: OutRecord, why: str, dlq_topic: str) -> OutRecord | None:
@@ -87,8 +96,8 @@ def replace_refused(out: OutRecord, why: str, dlq_topic: str) -> OutRecord | Non
     None when there is nothing smaller left to try (the caller keeps the offset uncommitted).
     """
     if out.topic != dlq_topic:
-        return dead_letter(Rejection(out.source, Reason.OUTPUT_REJECTED, why), dlq_topic)
+        return dead_letter(Rejection(out.source, Reason.OUTPUT_REJECTED, why, out.index), dlq_topic)
     if out.value is None:
         return None
     headers: Headers = [*(out.headers or []), ("error.value_dropped", str(len(out.value)).encode())]
-    return OutRecord(out.topic, out.key, None, headers, out.source)
+    return OutRecord(out.topic, out.key, None, headers, out.source, out.index)

@@ -10,6 +10,10 @@ Worked example, offsets 34..40 consumed, acks arriving out of order::
 
 Offsets are tracked in the order they were consumed rather than assumed consecutive, so gaps (compacted
 topics, transaction markers) never stall the watermark.
+
+A message may hold many items (an OTLP request: one per log record), each answered by its own output. An
+offset is done only when EVERY output of its message is acknowledged: ``track`` expects one, ``expect``
+says how many (none: done at once, e.g. a request without log records).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ class _Partition:
 
     def __init__(self) -> None:
         self.order: deque[int] = deque()  # consumed offsets, oldest first, until the watermark passes them
-        self.outstanding: set[int] = set()  # those of them not done yet
+        self.outstanding: dict[int, int] = {}  # those of them not done yet -> outputs still unacknowledged
         self.committable: int | None = None
 
 
@@ -36,13 +40,14 @@ class OffsetTracker:
     def __init__(self) -> None:
         self._parts: dict[TopicPartition, _Partition] = {}
         self._moved: set[TopicPartition] = set()
+        self._pending = 0  # outputs not acknowledged yet, in all partitions
         self.stale_acks = 0
         """Acks for offsets not in flight: outputs of a partition we gave up (revoked, lost) that were
         delivered late. Harmless (the result exists) and ignored, but counted so a bug would show."""
 
     def track(self, tp: TopicPartition, offset: int) -> None:
-        """Record that ``offset`` was consumed. Raises OffsetOrderError unless it is above every offset
-        already tracked for ``tp``: a partition is consumed in order."""
+        """Record that ``offset`` was consumed, expecting one output for it. Raises OffsetOrderError
+        unless it is above every offset already tracked for ``tp``: a partition is consumed in order."""
         part = self._parts.get(tp)
         if part is None:
             part = self._parts[tp] = _Partition()
@@ -50,22 +55,40 @@ class OffsetTracker:
         if floor is not None and offset < floor:
             raise OffsetOrderError(f"{tp}: offset {offset} tracked below {floor}")
         part.order.append(offset)
-        part.outstanding.add(offset)
+        part.outstanding[offset] = 1
+        self._pending += 1
+
+    def expect(self, tp: TopicPartition, offset: int, outputs: int) -> None:
+        """``offset``, tracked, has ``outputs`` outputs rather than one; with none, it is done now."""
+        part = self._parts[tp]
+        self._pending += outputs - part.outstanding[offset]
+        part.outstanding[offset] = outputs
+        if outputs == 0:
+            self._finish(tp, part, offset)
 
     def done(self, tp: TopicPartition, offset: int) -> bool:
-        """Record that ``offset``'s output was acknowledged; acks may come in any order. Returns False
-        (and counts a stale ack) when ``offset`` is not in flight for ``tp``."""
+        """Record that one output of ``offset`` was acknowledged; acks may come in any order. The offset
+        is done with its last output. Returns False (and counts a stale ack) when ``offset`` is not in
+        flight for ``tp``."""
         part = self._parts.get(tp)
-        if part is None or offset not in part.outstanding:
+        left = part.outstanding.get(offset) if part is not None else None
+        if part is None or left is None:
             self.stale_acks += 1
             return False
-        part.outstanding.discard(offset)
+        self._pending -= 1
+        if left > 1:
+            part.outstanding[offset] = left - 1
+        else:
+            self._finish(tp, part, offset)
+        return True
+
+    def _finish(self, tp: TopicPartition, part: _Partition, offset: int) -> None:
+        del part.outstanding[offset]
         order = part.order
         if offset == order[0]:
             while order and order[0] not in part.outstanding:
                 part.committable = order.popleft() + 1
             self._moved.add(tp)
-        return True
 
     def take_committable(self) -> dict[TopicPartition, int]:
         """The next offset to commit for every partition whose watermark moved since the last call."""
@@ -74,14 +97,17 @@ class OffsetTracker:
         return {tp: off for tp, off in moved.items() if off is not None}
 
     def in_flight(self, tp: TopicPartition | None = None) -> int:
-        """How many consumed offsets are not done yet (for ``tp``, or in all)."""
+        """How many outputs of consumed messages are not acknowledged yet (for ``tp``, or in all): the
+        items in flight, so that back-pressure bounds memory even when messages fan out."""
         if tp is not None:
             part = self._parts.get(tp)
-            return len(part.outstanding) if part else 0
-        return sum(len(p.outstanding) for p in self._parts.values())
+            return sum(part.outstanding.values()) if part else 0
+        return self._pending
 
     def forget(self, tps: Iterable[TopicPartition]) -> None:
         """Drop all state of partitions that are no longer ours (revoked or lost)."""
         for tp in tps:
-            self._parts.pop(tp, None)
+            part = self._parts.pop(tp, None)
+            if part is not None:
+                self._pending -= sum(part.outstanding.values())
             self._moved.discard(tp)

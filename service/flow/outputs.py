@@ -1,7 +1,7 @@
 """Outputs: what the service produces, handed to the sink.
 
-This class is responsible for: one output record per input of a finished batch (its result, or a dead
-letter when its item failed or its result cannot be encoded), in input order; a dead letter for every
+This class is responsible for: one output record per item of a finished batch (its result, or a dead
+letter when the item failed or its result cannot be encoded), in batch order; a dead letter for every
 message rejected before batching; and what to send instead of a record the broker refused for good.
 """
 
@@ -43,7 +43,7 @@ class Outputs:
         self._wall_ms = wall_ms
 
     def batch(self, done: Finished) -> None:
-        """Queue one output per input of ``done``, in input order, and report the batch."""
+        """Queue one output per item of ``done``, in batch order, and report the batch."""
         produced_ms = self._wall_ms()
         now = self._clock()
         topic, model, size, send = self._topic, self._model, len(done.batch), self._sink.send
@@ -51,14 +51,19 @@ class Outputs:
         for item, result in done.answers:  # per message: keep it lean
             record = item.record
             if isinstance(result, InvalidMessage):
-                self.reject(Rejection(record, result.reason, result.detail))
+                self.reject(Rejection(record, result.reason, result.detail, item.index))
                 continue
             consumed_ms = produced_ms - int((now - record.received) * 1000)
             try:
-                send(result_record(record, topic, model, result, size, consumed_ms, produced_ms))
+                out = result_record(
+                    record, topic, model, result, size, consumed_ms, produced_ms, item.index, item.fields
+                )
             except (TypeError, ValueError) as exc:  # a processor returned something JSON cannot hold
-                self.reject(Rejection(record, Reason.INVALID_OUTPUT, f"result not encodable: {exc}"))
+                self.reject(
+                    Rejection(record, Reason.INVALID_OUTPUT, f"result not encodable: {exc}", item.index)
+                )
                 continue
+            send(out)
             event_ms.append(record.timestamp_ms or consumed_ms)
         latencies_ms = produced_ms - np.asarray(event_ms, dtype=np.float64)
         # The batcher hands batches over in arrival order, its oldest waiting item first.

@@ -116,12 +116,14 @@ class Pipeline:
         return max(1, self._batcher.max_size - len(self._batcher)), min(due, cap)
 
     def _accept(self, records: list[InputRecord]) -> None:
-        """Track and decode consumed records; bad ones go to the dead-letter topic at once."""
+        """Track and decode consumed records; bad messages and items go to the dead-letter topic at once."""
         if not records:
             return
         self._checkpoint.track(records)
         self._telemetry.consumed(len(records))
-        decoded, rejected = self._decoder.decode(records)
+        decoded, rejected, counts = self._decoder.decode(records)
+        if counts:
+            self._checkpoint.expect(counts)
         for rejection in rejected:
             self._outputs.reject(rejection)
         add = self._batcher.add
@@ -140,7 +142,7 @@ class Pipeline:
             self._emit(done)
 
     def _emit(self, done: Finished) -> None:
-        """One output per input, then the next target batch size."""
+        """One output per item, then the next target batch size."""
         self._outputs.batch(done)
         backlog = self._backlog.total() + len(self._batcher)
         self._batcher.max_size = self._sizing.observe(len(done.batch), done.service_s, backlog)

@@ -43,28 +43,38 @@ class InputRecord(msgspec.Struct, frozen=True, gc=False):
 
 
 class Decoded(msgspec.Struct, frozen=True):
-    """A message a processor accepted: ``item`` is whatever its ``parse`` returned."""
+    """An item a processor accepted: ``item`` is whatever its ``parse`` (or ``parse_fields``) returned.
+
+    ``index`` is the item's position in its message when the input format fans out (OTLP: one item per
+    log record), else None; ``fields`` are the input fields copied into its result
+    (``MICROBATCH_OUTPUT__INCLUDE_FIELDS``), None when none are chosen."""
 
     record: InputRecord
     item: Any
+    index: int | None = None
+    fields: dict[str, Any] | None = None
 
 
 class Rejection(msgspec.Struct, frozen=True):
-    """A message bound for the dead-letter topic, with everything needed to write that record."""
+    """A message, or one item of it (``index``), bound for the dead-letter topic, with everything needed
+    to write that record."""
 
     record: InputRecord
     reason: Reason
     detail: str
+    index: int | None = None
 
 
 class OutRecord(msgspec.Struct, frozen=True, gc=False):
-    """A record to produce, remembering which input it answers so its ack can advance that input's offset."""
+    """A record to produce, remembering which input (and which item of it) it answers, so that its ack
+    can advance that input's offset and a replacement can name the same item."""
 
     topic: str
     key: bytes | None
     value: bytes | None
     headers: Headers | None
     source: InputRecord
+    index: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,6 +12,7 @@ import numpy as np
 
 from service.config import ModelSettings, env_name
 from service.errors import BatchMismatchError, ConfigError, InvalidMessage, Reason
+from service.formats import MISSING, Fields, PathError, lookup, parse_path
 
 Tensors = dict[str, np.ndarray]
 Result = dict[str, Any]
@@ -23,7 +24,8 @@ class ModelInfo:
     """What a processor may know about the model it feeds.
 
     ``metadata`` is the model's ``microbatch.*`` metadata (see docs/MODELS.md); ``settings`` are the
-    ``MICROBATCH_MODEL__*`` values the user set explicitly (they win over metadata).
+    ``MICROBATCH_MODEL__*`` values the user set explicitly; ``defaults`` are what the input format says
+    (``text_field``: where it puts the log text). Explicit settings win, then the format, then metadata.
     """
 
     name: str
@@ -32,13 +34,16 @@ class ModelInfo:
     output_names: tuple[str, ...]
     metadata: Mapping[str, str] = field(default_factory=dict)
     settings: Mapping[str, Any] = field(default_factory=dict)
+    defaults: Mapping[str, Any] = field(default_factory=dict)
 
 
 @runtime_checkable
 class Processor(Protocol):
     """Turns events into tensors and outputs into results. Built once; called from one thread.
 
-    - ``parse`` runs per message: bytes -> item; raises InvalidMessage for bad input, nothing else.
+    - ``parse`` runs per message of the ``json`` format (and ``text``, for a processor without
+      ``parse_fields``): the raw value -> item, so that it can decode exactly its fields with a typed
+      decoder; raises InvalidMessage for bad input, nothing else.
     - ``preprocess`` runs per batch: items -> named input tensors (padding is its business).
     - ``postprocess`` runs per batch: output tensors and the batch's items -> exactly one result (or
       InvalidMessage) per item, in the items' order.
@@ -48,8 +53,11 @@ class Processor(Protocol):
     ``postprocess`` needs about the inputs, take from ``items``.
     - ``sample`` returns a valid item, used to warm the model up before the first real batch.
 
-    Two optional methods (looked up with getattr; :func:`prepare` applies the first):
+    Three optional methods (looked up with getattr; :func:`prepare` applies the second):
 
+    - ``parse_fields(fields) -> item`` runs per item of every other format (``service.formats``): the
+      item's named fields (nested mappings) -> item, reading them by path (``service.formats.paths``);
+      raises InvalidMessage for a bad item. Without it, only the ``json`` and ``text`` formats serve.
     - ``prepare(items) -> items`` runs on every group of parsed items as consumed, before batching, for
       work that is cheaper many at a time (batch tokenization). ``preprocess`` then receives what it
       returned. It must keep the items' count and order.
@@ -78,23 +86,23 @@ def prepare(processor: Processor, items: list[Any]) -> list[Any]:
     return list(prepared)
 
 
-_JSON: msgspec.json.Decoder[Any] = msgspec.json.Decoder()
-
-
-def parse_json(value: bytes, decoder: msgspec.json.Decoder[Any] = _JSON) -> Any:
-    """Decode JSON, telling apart bad text (invalid_utf8), bad JSON (invalid_json) and bad shape."""
-    try:
-        return decoder.decode(value)
-    except RecursionError:
-        raise InvalidMessage(Reason.INVALID_EVENT, "JSON nested too deeply") from None
-    except msgspec.DecodeError as exc:  # ValidationError is a subclass
-        # Checked only on the error path, and first: bad bytes are the root cause whatever msgspec saw.
+def field_paths(setting: str, texts: Sequence[str]) -> list[tuple[str, tuple[str, ...]]]:
+    """``(text, path)`` for each field path of a setting; ConfigError naming ``setting`` for a bad one."""
+    paths = []
+    for number, text in enumerate(texts, 1):
         try:
-            value.decode("utf-8")
-        except UnicodeDecodeError as uerr:
-            raise InvalidMessage(Reason.INVALID_UTF8, str(uerr)) from None
-        reason = Reason.INVALID_EVENT if isinstance(exc, msgspec.ValidationError) else Reason.INVALID_JSON
-        raise InvalidMessage(reason, str(exc)) from None
+            paths.append((text, parse_path(text)))
+        except PathError as exc:
+            raise ConfigError(setting, f"entry {number} {exc}") from None
+    return paths
+
+
+def required_field(fields: Fields, text: str, path: tuple[str, ...]) -> Any:
+    """The value at ``path``; InvalidMessage(invalid_event) naming ``text`` when nothing is there."""
+    value = lookup(fields, path)
+    if value is MISSING:
+        raise InvalidMessage(Reason.INVALID_EVENT, f"field {text!r} is missing")
+    return value
 
 
 def rows_to_results(outputs: Tensors, count: int) -> list[ResultOrError]:
@@ -122,13 +130,16 @@ def rows_to_results(outputs: Tensors, count: int) -> list[ResultOrError]:
 
 
 def setting(info: ModelInfo, key: str, env: str | None = None, *, required: bool = True) -> Any:
-    """A processor option: the explicit setting, else the model's ``microbatch.<key>`` metadata.
+    """A processor option: the explicit setting, else the input format's default, else the model's
+    ``microbatch.<key>`` metadata.
 
     Metadata values are strings; JSON-looking ones (lists) are decoded. Raises ConfigError naming ``env``
     (default: ``MICROBATCH_MODEL__<KEY>``).
     """
     if info.settings.get(key) is not None:
         return info.settings[key]
+    if info.defaults.get(key) is not None:
+        return info.defaults[key]
     raw = info.metadata.get(f"microbatch.{key}")
     if raw is None:
         if required:

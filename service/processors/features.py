@@ -1,6 +1,8 @@
-"""``features``: chosen numeric fields of a JSON event -> one float32 row per event.
+"""``features``: chosen numeric fields of an event -> one float32 row per event.
 
-Normalisation belongs to the model (the reference model bakes it into its graph), so rows go in raw.
+Fields are paths (``MICROBATCH_MODEL__FEATURES``, or the model's ``microbatch.features``): ``cpu_pct``,
+``system.cpu.load``. Normalisation belongs to the model (the reference model bakes it into its graph), so
+rows go in raw.
 """
 
 from __future__ import annotations
@@ -13,11 +15,27 @@ import numpy as np
 
 from service.config import ModelSettings
 from service.errors import ConfigError, InvalidMessage, Reason
-from service.processors.base import ModelInfo, ResultOrError, Tensors, parse_json, rows_to_results, setting
+from service.formats import Fields
+from service.formats.paths import is_flat
+from service.formats.plain import json_object, parse_json
+from service.processors.base import (
+    ModelInfo,
+    ResultOrError,
+    Tensors,
+    field_paths,
+    required_field,
+    rows_to_results,
+    setting,
+)
+
+Row = tuple[float, ...]
 
 
 class FeaturesProcessor:
-    """Reads the fields named by ``MICROBATCH_MODEL__FEATURES`` (or the model's ``microbatch.features``)."""
+    """Reads the fields named by ``MICROBATCH_MODEL__FEATURES`` (or the model's ``microbatch.features``).
+
+    From JSON, top-level fields decode with a typed decoder that validates every one in C (the fast
+    path); dotted paths decode the object and walk it, as for every other input format."""
 
     def __init__(self, info: ModelInfo) -> None:
         features = setting(info, "features")
@@ -29,24 +47,41 @@ class FeaturesProcessor:
                 f"'features' feeds one input, the model has {list(info.input_names)}",
             )
         self.features: tuple[str, ...] = tuple(features)
+        self._paths = field_paths(ModelSettings.env("features"), features)
         self._input = info.input_names[0]
-        # A typed decoder validates every field in C; names need not be identifiers thanks to rename.
-        fields = [(f"f{i}", float) for i in range(len(self.features))]
-        rename = {f"f{i}": name for i, name in enumerate(self.features)}
-        event = msgspec.defstruct("MetricsEvent", fields, rename=rename, array_like=False)
-        self._decoder = msgspec.json.Decoder(event)
+        self._decoder: msgspec.json.Decoder[msgspec.Struct] | None = None
+        if all(is_flat(path) for _text, path in self._paths):
+            # Names need not be identifiers thanks to rename.
+            fields = [(f"f{i}", float) for i in range(len(self._paths))]
+            rename = {f"f{i}": path[0] for i, (_text, path) in enumerate(self._paths)}
+            event = msgspec.defstruct("MetricsEvent", fields, rename=rename, array_like=False)
+            self._decoder = msgspec.json.Decoder(event)
 
-    def parse(self, value: bytes) -> tuple[float, ...]:
-        row = msgspec.structs.astuple(parse_json(value, self._decoder))
-        if not all(map(math.isfinite, row)):
-            raise InvalidMessage(Reason.INVALID_EVENT, "a feature is not a finite number")
-        return row
+    def parse(self, value: bytes) -> Row:
+        if self._decoder is None:
+            return self.parse_fields(json_object(value))
+        return _finite(msgspec.structs.astuple(parse_json(value, self._decoder)))
 
-    def preprocess(self, items: Sequence[tuple[float, ...]]) -> Tensors:
+    def parse_fields(self, fields: Fields) -> Row:
+        row = []
+        for text, path in self._paths:
+            value = required_field(fields, text, path)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise InvalidMessage(Reason.INVALID_EVENT, f"field {text!r} is not a number")
+            row.append(float(value))
+        return _finite(tuple(row))
+
+    def preprocess(self, items: Sequence[Row]) -> Tensors:
         return {self._input: np.asarray(items, dtype=np.float32)}
 
-    def postprocess(self, outputs: Tensors, items: Sequence[tuple[float, ...]]) -> list[ResultOrError]:
+    def postprocess(self, outputs: Tensors, items: Sequence[Row]) -> list[ResultOrError]:
         return rows_to_results(outputs, len(items))
 
-    def sample(self) -> tuple[float, ...]:
+    def sample(self) -> Row:
         return (0.0,) * len(self.features)
+
+
+def _finite(row: Row) -> Row:
+    if not all(map(math.isfinite, row)):
+        raise InvalidMessage(Reason.INVALID_EVENT, "a feature is not a finite number")
+    return row

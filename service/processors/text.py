@@ -1,7 +1,9 @@
 """``text``: a log line -> token ids, padded to the longest line of the batch, truncated at max_length.
 
-The text is one string field of a JSON event (``MICROBATCH_MODEL__TEXT_FIELD``), or, with no field set, the
-whole value as a UTF-8 line.
+The text is one string field (``MICROBATCH_MODEL__TEXT_FIELD``, a path). Left unset, it is where the input
+format puts the text (``syslog`` and ``text``: ``message``; OTLP: ``body``), else, for JSON, the model's
+``microbatch.text_field``; a JSON input with neither is a start-up error. To read each value whole, set
+``MICROBATCH_INPUT__FORMAT=text``.
 """
 
 from __future__ import annotations
@@ -13,9 +15,20 @@ import msgspec
 import numpy as np
 from tokenizers import Tokenizer
 
-from service.config import ModelSettings
+from service.config import InputSettings, ModelSettings
 from service.errors import ConfigError, InvalidMessage, Reason
-from service.processors.base import ModelInfo, ResultOrError, Tensors, parse_json, rows_to_results, setting
+from service.formats import Fields
+from service.formats.paths import is_flat
+from service.formats.plain import json_object, parse_json
+from service.processors.base import (
+    ModelInfo,
+    ResultOrError,
+    Tensors,
+    field_paths,
+    required_field,
+    rows_to_results,
+    setting,
+)
 
 DEFAULT_MAX_LENGTH = 128
 
@@ -28,7 +41,14 @@ class TextProcessor:
     """
 
     def __init__(self, info: ModelInfo) -> None:
-        self._field: str | None = setting(info, "text_field", required=False)
+        field = setting(info, "text_field", required=False)
+        if not field:
+            raise ConfigError(
+                ModelSettings.env("text_field"),
+                "required: the model names no microbatch.text_field and the input format does not say where"
+                f" the text is (set the field, or {InputSettings.env('format')}=text for whole values)",
+            )
+        [(self._field, self._path)] = field_paths(ModelSettings.env("text_field"), [field])
         path = info.settings.get("tokenizer")
         if path is None:
             name = setting(info, "tokenizer")
@@ -57,22 +77,21 @@ class TextProcessor:
             )
         self._mask = "attention_mask" in names
         self._types = "token_type_ids" in names
-        if self._field:
-            event = msgspec.defstruct("TextEvent", [("text", str)], rename={"text": self._field})
+        self._decoder: msgspec.json.Decoder[msgspec.Struct] | None = None
+        if is_flat(self._path):  # a typed decoder reads the one field in C: the JSON fast path
+            event = msgspec.defstruct("TextEvent", [("text", str)], rename={"text": self._path[0]})
             self._decoder = msgspec.json.Decoder(event)
 
     def parse(self, value: bytes) -> str:
-        if self._field:
-            text = parse_json(value, self._decoder).text
-        else:
-            try:
-                text = value.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise InvalidMessage(Reason.INVALID_UTF8, str(exc)) from None
-        stripped: str = text.strip()
-        if not stripped:
-            raise InvalidMessage(Reason.INVALID_EVENT, "the text is empty")
-        return stripped
+        if self._decoder is None:
+            return self.parse_fields(json_object(value))
+        return _line(parse_json(value, self._decoder).text)
+
+    def parse_fields(self, fields: Fields) -> str:
+        text = required_field(fields, self._field, self._path)
+        if not isinstance(text, str):
+            raise InvalidMessage(Reason.INVALID_EVENT, f"field {self._field!r} is not a string")
+        return _line(text)
 
     def prepare(self, texts: Sequence[str]) -> list[list[int]]:
         """Tokenize many lines in one ``encode_batch`` call (Rust, outside the GIL)."""
@@ -106,3 +125,10 @@ class TextProcessor:
 
     def sample(self) -> str:
         return "warm-up line"
+
+
+def _line(text: str) -> str:
+    stripped = text.strip()
+    if not stripped:
+        raise InvalidMessage(Reason.INVALID_EVENT, "the text is empty")
+    return stripped

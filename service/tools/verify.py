@@ -1,8 +1,12 @@
-"""Delivery verification: does every input offset have a result or a dead letter?
+"""Delivery verification: does every item of every input have a result or a dead letter?
 
 Reads the input, output and dead-letter topics from the beginning to their current end (no consumer group,
-nothing committed) and reports, per input partition, how many inputs were lost, duplicated or answered out
+nothing committed) and reports, per input partition, how many items were lost, duplicated or answered out
 of order. The tests use it after every fault scenario; operators run ``microbatch verify`` after an incident.
+
+An input of a format that fans out (OTLP: one item per log record) is split with that format, to know how
+many items it holds; each is answered by the result or dead letter with its ``source.index``, or all of
+them at once by a dead letter of the whole message (no ``source.index``: the message was unreadable).
 """
 
 from __future__ import annotations
@@ -15,12 +19,14 @@ from typing import Any
 
 import msgspec
 
-from service.config import DlqSettings, OutputSettings, Settings
-from service.errors import EXIT_OK, UnknownTopicError
+from service.config import DlqSettings, InputSettings, OutputSettings, Settings
+from service.errors import EXIT_OK, InvalidMessage, UnknownTopicError
 from service.flow.records import InputRecord
+from service.formats import FORMATS, Format, load_format
 from service.tools.reader import ClientConf, read_to_end
 
 Coord = tuple[int, int]  # (input partition, input offset)
+Key = tuple[int, int, int | None]  # (input partition, input offset, item index or None for the whole message)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -29,6 +35,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", default=None, help=f"results topic (default {output})")
     parser.add_argument("--dlq", default=None, help=f"dead-letter topic (default {dlq})")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds to read each topic")
+    parser.add_argument(
+        "--format",
+        default=None,
+        choices=FORMATS,
+        help=f"the input format (default {InputSettings.env('format')}): how many items each input holds",
+    )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument(
         "--strict-order",
@@ -45,6 +57,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         args.output or settings.output.topic,
         args.dlq or settings.dlq.topic,
         args.timeout,
+        fmt=load_format(args.format or settings.input.format),
     )
     strict = args.strict_order
     print(msgspec.json.encode(report).decode() if args.json else format_report(report, strict_order=strict))
@@ -53,12 +66,14 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
 @dataclass
 class PartitionReport:
-    """Counts for one input partition. ``lost`` inputs have neither a result nor a dead letter;
-    ``duplicates`` are answers beyond the first; ``out_of_order`` are first answers that appeared after
-    an answer to a later offset of the same input partition, in the same output partition."""
+    """Counts for one input partition. ``items`` is what its inputs hold (one each, unless the format
+    fans out); ``lost`` items have neither a result nor a dead letter; ``duplicates`` are answers beyond
+    the first; ``out_of_order`` are first answers that appeared after an answer to a later offset of the
+    same input partition, in the same output partition."""
 
     partition: int
     inputs: int = 0
+    items: int = 0
     results: int = 0
     dead_letters: int = 0
     lost: int = 0
@@ -85,27 +100,45 @@ class VerifyReport:
         return self.ok and (not strict_order or self.total("out_of_order") == 0)
 
     def summary(self) -> dict[str, int]:
-        names = ("inputs", "results", "dead_letters", "lost", "duplicates", "out_of_order")
+        names = ("inputs", "items", "results", "dead_letters", "lost", "duplicates", "out_of_order")
         return {name: self.total(name) for name in names}
 
 
-def _result_source(record: InputRecord, decoder: msgspec.json.Decoder[Any]) -> tuple[str, Coord] | None:
+def _result_source(record: InputRecord, decoder: msgspec.json.Decoder[Any]) -> tuple[str, Key] | None:
     try:
         source = decoder.decode(record.value or b"")["source"]
-        return source["topic"], (int(source["partition"]), int(source["offset"]))
-    except (msgspec.DecodeError, KeyError, TypeError, ValueError):
+        index = source.get("index")
+        return source["topic"], (
+            int(source["partition"]),
+            int(source["offset"]),
+            None if index is None else int(index),
+        )
+    except (msgspec.DecodeError, KeyError, TypeError, ValueError, AttributeError):
         return None
 
 
-def _dead_letter_source(record: InputRecord) -> tuple[str, Coord] | None:
+def _dead_letter_source(record: InputRecord) -> tuple[str, Key] | None:
     headers = {k: v for k, v in record.headers or [] if v is not None}
     try:
+        index = headers.get("source.index")
         return headers["source.topic"].decode(), (
             int(headers["source.partition"]),
             int(headers["source.offset"]),
+            None if index is None else int(index),
         )
     except (KeyError, ValueError, UnicodeDecodeError):
         return None
+
+
+def _items(record: InputRecord, fmt: Format | None) -> int:
+    """How many answers an input needs: one, or one per item when its format fans out (an unreadable
+    message is answered by one dead letter, of the whole message)."""
+    if fmt is None or not fmt.fans_out or not record.value:
+        return 1
+    try:
+        return len(fmt.split(record.value))
+    except InvalidMessage:
+        return 1
 
 
 def verify(
@@ -114,32 +147,37 @@ def verify(
     output_topic: str,
     dlq_topic: str | None = None,
     timeout_s: float = 60,
+    *,
+    fmt: Format | None = None,
 ) -> VerifyReport:
     """Compare the three topics as they are now. Inputs produced after the call started are ignored;
-    answers to inputs of other topics (a shared output topic) are ignored too."""
-    inputs: dict[int, list[int]] = defaultdict(list)
+    answers to inputs of other topics (a shared output topic) are ignored too. ``fmt`` is the input
+    format, needed only when it fans out (None: one item per input)."""
+    inputs: dict[int, list[tuple[int, int]]] = defaultdict(list)  # partition -> [(offset, items)]
     for record in read_to_end(client_conf, input_topic, timeout_s):
-        inputs[record.partition].append(record.offset)
+        inputs[record.partition].append((record.offset, _items(record, fmt)))
 
-    answers: Counter[Coord] = Counter()
+    answers: Counter[Key] = Counter()
     first_seen: set[Coord] = set()
     highest: dict[tuple[int, int], int] = defaultdict(lambda: -1)
-    reports = {p: PartitionReport(p, inputs=len(offs)) for p, offs in inputs.items()}
+    reports = {
+        p: PartitionReport(p, inputs=len(offs), items=sum(n for _o, n in offs)) for p, offs in inputs.items()
+    }
     decoder: msgspec.json.Decoder[Any] = msgspec.json.Decoder()
     for record in read_to_end(client_conf, output_topic, timeout_s):
         found = _result_source(record, decoder)
         if found is None or found[0] != input_topic:
             continue
-        coord = found[1]
-        report = reports.setdefault(coord[0], PartitionReport(coord[0]))
+        key = found[1]
+        report = reports.setdefault(key[0], PartitionReport(key[0]))
         report.results += 1
-        answers[coord] += 1
-        lane = (record.partition, coord[0])
+        answers[key] += 1
+        lane, coord = (record.partition, key[0]), (key[0], key[1])
         if coord not in first_seen:
             first_seen.add(coord)
-            if coord[1] < highest[lane]:
+            if key[1] < highest[lane]:
                 report.out_of_order += 1
-        highest[lane] = max(highest[lane], coord[1])
+        highest[lane] = max(highest[lane], key[1])
     for dead in _read_if_exists(client_conf, dlq_topic, timeout_s):
         found = _dead_letter_source(dead)
         if found is None or found[0] != input_topic:
@@ -147,16 +185,18 @@ def verify(
         reports.setdefault(found[1][0], PartitionReport(found[1][0])).dead_letters += 1
         answers[found[1]] += 1
 
+    fans_out = fmt is not None and fmt.fans_out
     for partition, offsets in inputs.items():
         report = reports[partition]
-        for offset in offsets:
-            n = answers.get((partition, offset), 0)
-            if n == 0:
-                report.lost += 1
-                if len(report.lost_offsets) < 20:
-                    report.lost_offsets.append(offset)
-            else:
-                report.duplicates += n - 1
+        for offset, items in offsets:
+            whole = answers.get((partition, offset, None), 0)
+            keys = [(partition, offset, i) for i in range(items)] if fans_out and not whole else []
+            counts = [answers.get(k, 0) for k in keys]
+            lost = counts.count(0) if keys else (0 if whole or items == 0 else 1)
+            report.lost += lost
+            if lost and len(report.lost_offsets) < 20:
+                report.lost_offsets.append(offset)
+            report.duplicates += max(whole - 1, 0) + sum(max(n - 1, 0) for n in counts)
     return VerifyReport(input_topic, [reports[p] for p in sorted(reports)])
 
 
@@ -172,7 +212,7 @@ def _read_if_exists(client_conf: ClientConf, topic: str | None, timeout_s: float
 
 def format_report(report: VerifyReport, *, strict_order: bool = False) -> str:
     """A table for people, one row per input partition and a total."""
-    cols = ("inputs", "results", "dead_letters", "lost", "duplicates", "out_of_order")
+    cols = ("inputs", "items", "results", "dead_letters", "lost", "duplicates", "out_of_order")
     lines = [f"{'partition':>9} " + " ".join(f"{c:>12}" for c in cols)]
     for p in report.partitions:
         lines.append(f"{p.partition:>9} " + " ".join(f"{getattr(p, c):>12}" for c in cols))
@@ -181,7 +221,7 @@ def format_report(report: VerifyReport, *, strict_order: bool = False) -> str:
     total = report.summary()
     lines.append(f"{'total':>9} " + " ".join(f"{total[c]:>12}" for c in cols))
     if not report.ok:
-        lines.append("FAILED: inputs lost")
+        lines.append("FAILED: items lost")
     elif not report.judge(strict_order=strict_order):
         lines.append("FAILED: inputs answered out of offset order")
     else:

@@ -8,8 +8,10 @@ import msgspec
 import pytest
 
 from service.errors import InvalidMessage, Reason
-from service.flow.decode import decode, prepare_all
+from service.flow.decode import Decoder, decode, prepare_all, takes_format
 from service.flow.records import Decoded, Rejection
+from service.formats import Picker, load_format
+from service.formats.plain import JsonFormat
 from service.processors import prepare
 from service.processors.features import FeaturesProcessor
 
@@ -120,3 +122,96 @@ def test_a_prepare_that_loses_items_rejects_them_instead_of_raising(make_record)
     assert kept == []
     assert [r.record.offset for r in rejected] == [1, 2, 3]
     assert all(r.reason == Reason.INVALID_EVENT for r in rejected)
+
+
+# -- formats and fan-out --------------------------------------------------------------------------
+
+
+class FanOut:
+    """A format that splits on commas; an item "bad" is a bad record, "boom" a format bug."""
+
+    name = "fan-out"
+    text_field = None
+    fans_out = True
+
+    def split(self, value: bytes) -> list:
+        if value == b"boom":
+            raise RuntimeError("a bug in the format")
+        if value == b"unreadable":
+            raise InvalidMessage(Reason.INVALID_PROTOBUF, "not one of ours")
+        return [
+            InvalidMessage(Reason.INVALID_EVENT, "bad record") if part == "bad" else {"cpu": float(len(part))}
+            for part in value.decode().split(",")
+            if part
+        ]
+
+
+def fan_out_decoder(features_info, include=None):
+    processor = FeaturesProcessor(features_info(["cpu"]))
+    return Decoder(FanOut(), processor, 1024, Picker(include or []))
+
+
+def test_one_message_fans_out_into_items_that_know_their_index(make_record, features_info):
+    record = make_record(b"a,bbb,cc")
+    accepted, rejected, counts = fan_out_decoder(features_info).decode([record])
+    assert [(d.index, d.item) for d in accepted] == [(0, (1.0,)), (1, (3.0,)), (2, (2.0,))]
+    assert rejected == []
+    assert counts == [(record, 3)]
+
+
+def test_a_bad_record_is_rejected_alone_and_its_siblings_decode(make_record, features_info):
+    record = make_record(b"a,bad,cc")
+    accepted, rejected, counts = fan_out_decoder(features_info).decode([record])
+    assert [d.index for d in accepted] == [0, 2]
+    [rejection] = rejected
+    assert (rejection.index, rejection.reason, rejection.record) == (1, Reason.INVALID_EVENT, record)
+    assert counts == [(record, 3)]  # the dead letter is one of the message's three outputs
+
+
+def test_a_message_the_format_cannot_read_is_one_rejection_without_an_index(make_record, features_info):
+    records = [
+        make_record(b"unreadable", offset=0),
+        make_record(b"boom", offset=1),
+        make_record(None, offset=2),
+    ]
+    accepted, rejected, counts = fan_out_decoder(features_info).decode(records)
+    assert accepted == []
+    assert [(r.reason, r.index) for r in rejected] == [
+        (Reason.INVALID_PROTOBUF, None),
+        (Reason.INVALID_EVENT, None),
+        (Reason.EMPTY_VALUE, None),
+    ]
+    assert "a bug in the format" in rejected[1].detail
+    assert counts == []  # one output each, the default
+
+
+def test_a_message_with_no_items_expects_no_outputs(make_record, features_info):
+    record = make_record(b",")
+    accepted, rejected, counts = fan_out_decoder(features_info).decode([record])
+    assert (accepted, rejected, counts) == ([], [], [(record, 0)])
+
+
+def test_included_fields_travel_with_each_item(make_record, features_info):
+    accepted, _, _ = fan_out_decoder(features_info, include=["cpu", "host"]).decode([make_record(b"ab")])
+    assert accepted[0].fields == {"cpu": 2.0}
+
+
+def test_json_with_included_fields_reads_nested_paths(make_record, features_info):
+    processor = FeaturesProcessor(features_info(["cpu"]))
+    decoder = Decoder(JsonFormat(), processor, 1024, Picker(["host.name"]))
+    value = msgspec.json.encode({"cpu": 0.5, "host": {"name": "web-1"}})
+    [decoded], [], [] = decoder.decode([make_record(value)])
+    assert decoded.item == (0.5,)
+    assert decoded.fields == {"host.name": "web-1"}
+    assert decoded.index is None
+
+
+def test_a_processor_without_parse_fields_takes_only_raw_formats(features_info):
+    class RawOnly:
+        def parse(self, value: bytes) -> bytes:
+            return value
+
+    assert takes_format(RawOnly(), load_format("json"))
+    assert takes_format(RawOnly(), load_format("text"))
+    assert not takes_format(RawOnly(), load_format("syslog"))
+    assert takes_format(FeaturesProcessor(features_info(["cpu"])), load_format("otlp-json"))

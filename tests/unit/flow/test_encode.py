@@ -5,7 +5,7 @@ from __future__ import annotations
 import msgspec
 
 from service.errors import Reason
-from service.flow.encode import ModelRef, dead_letter, result_record
+from service.flow.encode import ModelRef, dead_letter, replace_refused, result_record
 from service.flow.records import Rejection
 
 MODEL = ModelRef("metrics-anomaly", "2.0.1", "CPUExecutionProvider")
@@ -99,3 +99,41 @@ def test_every_reason_is_written_as_its_code(make_record):
     for reason in Reason:
         out = dead_letter(Rejection(make_record(b"x"), reason, "d"), "dead")
         assert dict(out.headers)["error.reason"].decode() == reason.value
+
+
+def test_a_result_of_one_item_of_many_names_its_index_and_carries_the_included_fields(make_record):
+    record = make_record(b"otlp", topic="logs", partition=1, offset=7)
+    fields = {"resource.service.name": "checkout", "severity_text": "ERROR"}
+    out = result_record(record, "o", MODEL, {"label": "failure"}, 4, 5, 6, index=3, fields=fields)
+    value = msgspec.json.decode(out.value)
+    assert value["source"] == {"topic": "logs", "partition": 1, "offset": 7, "index": 3}
+    assert value["fields"] == fields
+    assert out.index == 3
+
+
+def test_a_result_of_a_one_item_message_has_no_index_and_no_fields(make_record):
+    value = msgspec.json.decode(result_record(make_record(), "o", MODEL, {}, 1, 5, 6).value)
+    assert "index" not in value["source"]
+    assert "fields" not in value
+
+
+def test_the_dead_letter_of_one_item_carries_the_whole_message_and_its_index(make_record):
+    record = make_record(b"the whole request", offset=9)
+    out = dead_letter(Rejection(record, Reason.INVALID_EVENT, "field 'body' is missing", 2), "dead")
+    headers = dict(out.headers)
+    assert out.value == b"the whole request"
+    assert headers["source.index"] == b"2"
+    assert headers["source.offset"] == b"9"
+    assert "source.index" not in dict(
+        dead_letter(Rejection(record, Reason.INVALID_EVENT, "d"), "dead").headers
+    )
+
+
+def test_a_refused_result_becomes_a_dead_letter_of_the_same_item(make_record):
+    out = result_record(make_record(offset=4), "o", MODEL, {}, 1, 5, 6, index=11)
+    replacement = replace_refused(out, "Broker: Message size too large", "dead")
+    assert replacement is not None
+    headers = dict(replacement.headers)
+    assert headers["error.reason"] == b"output_rejected"
+    assert headers["source.index"] == b"11"
+    assert replacement.index == 11

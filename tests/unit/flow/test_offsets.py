@@ -272,3 +272,56 @@ def test_interleaved_tracking_and_acks_with_gaps_match_the_reference(seed):
         # Never past an offset whose output is not acknowledged.
         if last_commit is not None:
             assert all(o in acked for o in consumed if o < last_commit)
+
+
+# -- fan-out: one message, many outputs ---------------------------------------------------------------
+
+
+def test_an_offset_with_many_outputs_is_done_only_with_the_last_one():
+    tracker = tracker_with(TP, [10, 11])
+    tracker.expect(TP, 10, 3)
+    ack(tracker, TP, [10, 11, 10])
+    assert tracker.take_committable() == {}  # one output of offset 10 is still out
+    assert tracker.in_flight() == 1
+    ack(tracker, TP, [10])
+    assert tracker.take_committable() == {TP: 12}
+    assert tracker.in_flight() == 0
+
+
+def test_a_message_with_no_items_is_done_at_once_but_waits_for_the_ones_before_it():
+    tracker = tracker_with(TP, [5, 6, 7])
+    tracker.expect(TP, 6, 0)
+    assert tracker.take_committable() == {}
+    ack(tracker, TP, [5])
+    assert tracker.take_committable() == {TP: 7}
+    tracker.expect(TP, 7, 0)
+    assert tracker.take_committable() == {TP: 8}
+
+
+def test_in_flight_counts_outputs_so_back_pressure_sees_items():
+    tracker = tracker_with(TP, [1, 2])
+    tracker.expect(TP, 1, 500)
+    assert tracker.in_flight() == 501
+    assert tracker.in_flight(TP) == 501
+    tracker.forget([TP])
+    assert tracker.in_flight() == 0
+
+
+def test_fan_out_in_random_ack_order_never_commits_an_unfinished_message():
+    rng = random.Random(3)
+    tracker = tracker_with(TP, range(20))
+    outputs = {offset: rng.randint(0, 4) for offset in range(20)}
+    for offset, n in outputs.items():
+        tracker.expect(TP, offset, n)
+    pending = [offset for offset, n in outputs.items() for _ in range(n)]
+    rng.shuffle(pending)
+    left = dict(outputs)
+    committed = 0
+    for offset in pending:
+        tracker.done(TP, offset)
+        left[offset] -= 1
+        committed = tracker.take_committable().get(TP, committed)
+        # Everything below the committed offset has had all its outputs acknowledged.
+        assert all(left[o] == 0 for o in range(committed))
+    assert committed == 20
+    assert tracker.stale_acks == 0

@@ -110,6 +110,8 @@ def rig(clock):
         batch: dict | None = None,
         executor=None,
         make_processor: Callable[[ModelInfo], object] = FeaturesProcessor,
+        input_format: str = "json",
+        features: list[str] = FEATURES,
         **sink_policy,
     ) -> Rig:
         events: list = []
@@ -119,6 +121,7 @@ def rig(clock):
                 "max_value_bytes": max_value_bytes,
                 "idle_poll_ms": idle_poll_ms,
                 "max_in_flight": max_in_flight,
+                "format": input_format,
             },
             output={"topic": OUT},
             dlq={"topic": DLQ},
@@ -134,7 +137,7 @@ def rig(clock):
             model_dir=Path("."),
             input_names=("features",),
             output_names=("score",),
-            settings={"features": FEATURES},
+            settings={"features": features},
         )
         processor = make_processor(info)
         health = Health(settings.metrics.liveness_timeout_s, settings.metrics.broker_timeout_s, clock)
@@ -721,3 +724,65 @@ def test_the_loop_ticks_health_and_is_not_ready_once_stopping(rig, clock):
     assert r.telemetry.health.loop_at is not None
     assert r.telemetry.health.live()[0] is True
     assert r.telemetry.health.ready() == (False, "shutting down")
+
+
+# -- fan-out: one message, many items -------------------------------------------------------------------
+
+
+def otlp_json(values: list[tuple[float, float]]) -> bytes:
+    """An OTLP/JSON logs request with one record per (a, b), carried as record attributes."""
+    records = [
+        {"attributes": [{"key": "a", "value": {"doubleValue": a}}, {"key": "b", "value": {"doubleValue": b}}]}
+        for a, b in values
+    ]
+    return msgspec.json.encode({"resourceLogs": [{"scopeLogs": [{"logRecords": records}]}]})
+
+
+def test_a_fan_out_message_is_stored_only_once_every_item_is_acknowledged(rig):
+    sizes = {0: 5, 1: 0, 2: 7, 3: 1}
+    records = [rec(o, otlp_json([(o * 10 + i, 0.5) for i in range(n)])) for o, n in sizes.items()]
+    r = rig(
+        [records[:2], records[2:]],
+        max_size=4,
+        input_format="otlp-json",
+        features=["attributes.a", "attributes.b"],
+        reverse=True,
+    ).run()
+    values = [msgspec.json.decode(o.value) for o in r.sink.outputs(OUT)]
+    answered = sorted((v["source"]["offset"], v["source"]["index"]) for v in values)
+    assert answered == [(o, i) for o, n in sizes.items() for i in range(n)]
+    for v in values:
+        assert v["result"] == {
+            "score": expected_score(v["source"]["offset"] * 10 + v["source"]["index"], 0.5)
+        }
+    acked: Counter[int] = Counter()
+    for entry in r.events:
+        if entry[0] == "ack":
+            acked[entry[1][2]] += 1
+        elif entry[0] == "store":
+            done_below = entry[1][P0]
+            assert all(acked[o] == sizes[o] for o in range(done_below)), (done_below, acked)
+    assert last_stored(r.events) == {P0: 4}
+
+
+def test_batches_count_items_not_messages(rig):
+    records = [rec(0, otlp_json([(i, 0.5) for i in range(10)]))]
+    r = rig([records], max_size=4, input_format="otlp-json", features=["attributes.a", "attributes.b"]).run()
+    assert r.engine.batch_sizes() == [4, 4, 2]
+
+
+def test_a_bad_record_gets_its_own_dead_letter_and_its_siblings_their_results(rig):
+    good, bad = {"key": "a", "value": {"doubleValue": 1}}, {"key": "a", "value": {"stringValue": "x"}}
+    b = {"key": "b", "value": {"doubleValue": 2}}
+    request = {"resourceLogs": [{"scopeLogs": [{"logRecords": [
+        {"attributes": [good, b]}, {"attributes": [bad, b]}, {"attributes": [good, b]}
+    ]}]}]}  # fmt: skip
+    value = msgspec.json.encode(request)
+    r = rig([[rec(0, value)]], input_format="otlp-json", features=["attributes.a", "attributes.b"]).run()
+    indexes = sorted(msgspec.json.decode(o.value)["source"]["index"] for o in r.sink.outputs(OUT))
+    [letter] = r.sink.outputs(DLQ)
+    assert indexes == [0, 2]
+    assert letter.value == value
+    assert dict(letter.headers)["source.index"] == b"1"
+    assert dict(letter.headers)["error.reason"] == b"invalid_event"
+    assert last_stored(r.events) == {P0: 1}

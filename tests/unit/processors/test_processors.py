@@ -10,6 +10,7 @@ import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
 from service.errors import BatchMismatchError, ConfigError, InvalidMessage, Reason
+from service.formats.plain import TextFormat
 from service.processors import Processor, load_processor
 from service.processors.base import ModelInfo, setting
 from service.processors.features import FeaturesProcessor
@@ -176,7 +177,11 @@ def vocab(tokenizer_path) -> dict[str, int]:
     return Tokenizer.from_file(str(tokenizer_path)).get_vocab()
 
 
-def text_info(tokenizer_path: Path, *, inputs=("input_ids", "attention_mask"), metadata=None, **settings):
+def text_info(
+    tokenizer_path: Path, *, inputs=("input_ids", "attention_mask"), metadata=None, defaults=None, **settings
+):
+    """As the service builds it for the ``text`` format (the line is the field ``message``), unless
+    ``defaults`` says otherwise."""
     return ModelInfo(
         name="text",
         model_dir=tokenizer_path.parent,
@@ -184,7 +189,15 @@ def text_info(tokenizer_path: Path, *, inputs=("input_ids", "attention_mask"), m
         output_names=("class_index",),
         metadata=metadata or {},
         settings={"tokenizer": tokenizer_path} | settings,
+        defaults={"text_field": TextFormat.text_field} if defaults is None else defaults,
     )
+
+
+def plain(processor: TextProcessor, value: bytes) -> str:
+    """What the service does with a value of the ``text`` format."""
+    [fields] = TextFormat().split(value)
+    assert not isinstance(fields, InvalidMessage)
+    return processor.parse_fields(fields)
 
 
 def test_the_test_tokenizer_has_pad_zero_and_unk(vocab):
@@ -253,13 +266,12 @@ def test_token_type_ids_are_zeros_when_the_model_takes_them(tokenizer_path):
 
 def test_plain_line_mode_takes_the_whole_value_stripped(tokenizer_path):
     processor = TextProcessor(text_info(tokenizer_path))
-    assert processor.parse("  disk full on café\n".encode()) == "disk full on café"
+    assert plain(processor, "  disk full on café\n".encode()) == "disk full on café"
 
 
-def test_plain_line_mode_rejects_invalid_utf8(tokenizer_path):
-    processor = TextProcessor(text_info(tokenizer_path))
+def test_plain_line_mode_rejects_invalid_utf8():
     with pytest.raises(InvalidMessage) as info:
-        processor.parse(b"disk \xff\xfe full")
+        TextFormat().split(b"disk \xff\xfe full")
     assert info.value.reason is Reason.INVALID_UTF8
 
 
@@ -267,7 +279,7 @@ def test_plain_line_mode_rejects_invalid_utf8(tokenizer_path):
 def test_plain_line_mode_rejects_empty_text(tokenizer_path, value):
     processor = TextProcessor(text_info(tokenizer_path))
     with pytest.raises(InvalidMessage) as info:
-        processor.parse(value)
+        plain(processor, value)
     assert info.value.reason is Reason.INVALID_EVENT
 
 
@@ -295,8 +307,8 @@ def test_json_mode_rejections(tokenizer_path, value, reason):
 
 
 def test_text_field_comes_from_metadata(tokenizer_path):
-    processor = TextProcessor(text_info(tokenizer_path, metadata={"microbatch.text_field": "line"}))
-    assert processor.parse(encode({"line": "kernel panic"})) == "kernel panic"
+    info = text_info(tokenizer_path, metadata={"microbatch.text_field": "line"}, defaults={})
+    assert TextProcessor(info).parse(encode({"line": "kernel panic"})) == "kernel panic"
 
 
 def test_labels_map_class_index_to_label(tokenizer_path):
@@ -338,15 +350,14 @@ def test_tokenizer_file_name_from_metadata_is_relative_to_the_model(tokenizer_pa
         tokenizer_path.parent,
         ("input_ids",),
         ("class_index",),
-        metadata={"microbatch.tokenizer": tokenizer_path.name},
+        metadata={"microbatch.tokenizer": tokenizer_path.name, "microbatch.text_field": "message"},
     )
-    assert TextProcessor(info).parse(b"disk") == "disk"
+    assert TextProcessor(info).parse(b'{"message": "disk"}') == "disk"
 
 
 def test_missing_tokenizer_names_the_setting(tmp_path):
-    info = ModelInfo(
-        "text", tmp_path, ("input_ids",), ("class_index",), metadata={"microbatch.tokenizer": "absent.json"}
-    )
+    metadata = {"microbatch.tokenizer": "absent.json", "microbatch.text_field": "message"}
+    info = ModelInfo("text", tmp_path, ("input_ids",), ("class_index",), metadata=metadata)
     with pytest.raises(ConfigError) as err:
         TextProcessor(info)
     assert err.value.setting == "MICROBATCH_MODEL__TOKENIZER"
@@ -354,7 +365,9 @@ def test_missing_tokenizer_names_the_setting(tmp_path):
 
 def test_no_tokenizer_at_all_names_the_setting(tmp_path):
     with pytest.raises(ConfigError) as err:
-        TextProcessor(ModelInfo("text", tmp_path, ("input_ids",), ("class_index",)))
+        TextProcessor(
+            ModelInfo("text", tmp_path, ("input_ids",), ("class_index",), defaults={"text_field": "m"})
+        )
     assert err.value.setting == "MICROBATCH_MODEL__TOKENIZER"
 
 
@@ -461,3 +474,63 @@ def test_features_without_a_feature_list_names_the_features_setting(features_inf
     with pytest.raises(ConfigError) as err:
         load_processor(None, info)
     assert err.value.setting == "MICROBATCH_MODEL__FEATURES"
+
+
+# -- field paths and the input format's defaults ------------------------------------------------------
+
+
+def test_features_read_dotted_paths_into_nested_objects(features_info):
+    processor = FeaturesProcessor(features_info(["system.cpu.load", "mem"]))
+    assert processor.parse(encode({"system": {"cpu": {"load": 0.5}}, "mem": 3})) == (0.5, 3.0)
+    assert processor.parse_fields({"system.cpu.load": 1, "mem": 2.5}) == (1.0, 2.5)
+
+
+@pytest.mark.parametrize(
+    ("fields", "detail"),
+    [
+        ({"a": 1}, "field 'b' is missing"),
+        ({"a": 1, "b": "high"}, "field 'b' is not a number"),
+        ({"a": 1, "b": True}, "field 'b' is not a number"),
+        ({"a": 1, "b": float("nan")}, "a feature is not a finite number"),
+    ],
+)
+def test_features_from_fields_reject_what_is_not_a_finite_number(features_info, fields, detail):
+    with pytest.raises(InvalidMessage) as info:
+        FeaturesProcessor(features_info(["a", "b"])).parse_fields(fields)
+    assert info.value.reason is Reason.INVALID_EVENT
+    assert info.value.detail == detail
+
+
+def test_a_bad_feature_path_names_the_setting(features_info):
+    with pytest.raises(ConfigError) as err:
+        FeaturesProcessor(features_info(["a", "b..c"]))
+    assert err.value.setting == "MICROBATCH_MODEL__FEATURES"
+    assert "entry 2" in str(err.value)
+
+
+def test_the_text_at_a_dotted_path(tokenizer_path):
+    processor = TextProcessor(text_info(tokenizer_path, text_field="log.original"))
+    assert processor.parse(encode({"log": {"original": "disk full"}})) == "disk full"
+    assert processor.parse_fields({"log": {"original": " kernel panic "}}) == "kernel panic"
+    with pytest.raises(InvalidMessage, match="not a string"):
+        processor.parse_fields({"log": {"original": {"nested": "map"}}})
+
+
+def test_the_formats_text_field_wins_over_the_models_metadata(tokenizer_path):
+    # log-classifier's metadata says "message"; an OTLP input says "body".
+    info = text_info(
+        tokenizer_path, metadata={"microbatch.text_field": "message"}, defaults={"text_field": "body"}
+    )
+    assert TextProcessor(info).parse_fields({"body": "disk full", "message": "other"}) == "disk full"
+
+
+def test_an_explicit_text_field_wins_over_the_format(tokenizer_path):
+    info = text_info(tokenizer_path, text_field="attributes.line", defaults={"text_field": "body"})
+    assert TextProcessor(info).parse_fields({"body": "no", "attributes": {"line": "yes"}}) == "yes"
+
+
+def test_json_with_no_text_field_anywhere_stops_start_up_naming_it(tokenizer_path):
+    with pytest.raises(ConfigError) as err:
+        TextProcessor(text_info(tokenizer_path, defaults={}))
+    assert err.value.setting == "MICROBATCH_MODEL__TEXT_FIELD"
+    assert "MICROBATCH_INPUT__FORMAT=text" in str(err.value)

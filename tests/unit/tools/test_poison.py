@@ -11,8 +11,9 @@ import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
 from service.errors import Reason
-from service.flow.decode import decode
+from service.flow.decode import Decoder, decode
 from service.flow.records import Decoded, Rejection
+from service.formats.plain import TextFormat
 from service.processors.base import ModelInfo
 from service.processors.features import FeaturesProcessor
 from service.processors.text import TextProcessor
@@ -46,18 +47,29 @@ def features_processor(features_info) -> FeaturesProcessor:
 
 
 def text_processor(tokenizer_path: Path, text_field: str | None) -> TextProcessor:
+    """Reading ``text_field`` of JSON events; None: the ``text`` format's line."""
     info = ModelInfo(
         name="text",
         model_dir=tokenizer_path.parent,
         input_names=("input_ids", "attention_mask"),
         output_names=("logits",),
         settings={"tokenizer": tokenizer_path, "text_field": text_field},
+        defaults={"text_field": TextFormat.text_field},
     )
     return TextProcessor(info)
 
 
 def outcome_of(make_record, parse, value: bytes | None) -> Decoded | Rejection:
     return decode(make_record(value), parse, MAX_VALUE_BYTES)
+
+
+def plain_outcome(make_record, processor: TextProcessor, value: bytes | None) -> Decoded | Rejection:
+    """The outcome of one value of the ``text`` format."""
+    accepted, rejected, _counts = Decoder(TextFormat(), processor, MAX_VALUE_BYTES).decode(
+        [make_record(value)]
+    )
+    [outcome] = accepted + rejected
+    return outcome
 
 
 def wrong_type_variants(event, field) -> set[bytes]:
@@ -81,6 +93,7 @@ def test_catalogue_covers_every_decode_time_reason():
         Reason.INVALID_OUTPUT,
         Reason.OUTPUT_REJECTED,
         Reason.INVALID_HEADERS,
+        Reason.INVALID_PROTOBUF,  # only the otlp-proto format reads protobuf (tests/unit/formats)
     }
     assert set(POISON_KINDS.values()) == set(Reason) - not_from_values
 
@@ -93,7 +106,7 @@ def test_the_good_events_decode(make_record, features_info, tokenizer_path):
         outcome_of(make_record, text_processor(tokenizer_path, "message").parse, good_log), Decoded
     )
     plain = LOG_EVENT["message"].encode()
-    assert isinstance(outcome_of(make_record, text_processor(tokenizer_path, None).parse, plain), Decoded)
+    assert isinstance(plain_outcome(make_record, text_processor(tokenizer_path, None), plain), Decoded)
 
 
 @pytest.mark.parametrize("kind", sorted(set(POISON_KINDS) - RANDOM_KINDS))
@@ -136,7 +149,7 @@ def test_text_processor_json_mode_rejects_each_wrong_type_variant(make_record, t
 @pytest.mark.parametrize("kind", sorted(GENERIC_KINDS))
 def test_text_processor_plain_mode_gives_the_generic_kinds_their_reason(make_record, tokenizer_path, kind):
     value = make_poison(kind, LOG_EVENT, "message", TOO_LARGE)
-    outcome = outcome_of(make_record, text_processor(tokenizer_path, None).parse, value)
+    outcome = plain_outcome(make_record, text_processor(tokenizer_path, None), value)
     assert isinstance(outcome, Rejection)
     assert outcome.reason is POISON_KINDS[kind]
 
@@ -145,9 +158,10 @@ def test_text_processor_plain_mode_gives_the_generic_kinds_their_reason(make_rec
 def test_text_processor_plain_mode_takes_json_shaped_poison_as_text(make_record, tokenizer_path, kind):
     # In plain-line mode the value is just a line of text: JSON problems are not problems.
     value = make_poison(kind, LOG_EVENT, "message", TOO_LARGE)
-    outcome = outcome_of(make_record, text_processor(tokenizer_path, None).parse, value)
+    processor = text_processor(tokenizer_path, None)
+    outcome = plain_outcome(make_record, processor, value)
     assert isinstance(outcome, Decoded)
-    assert outcome.item == value.decode().strip()
+    assert outcome.item == processor.prepare([value.decode().strip()])[0]  # the whole line, tokenized
 
 
 def test_too_large_is_only_too_large_above_the_limit(make_record, features_info):

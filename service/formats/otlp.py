@@ -1,0 +1,260 @@
+"""``otlp-proto`` and ``otlp-json``: an OTLP ``ExportLogsServiceRequest`` per message, as the
+OpenTelemetry Collector's Kafka exporter writes it (``encoding: otlp_proto``, its default, or
+``otlp_json``), one item per log record. Pure.
+
+Each log record becomes these fields, named as in ``logs.proto``; a field the record leaves unset is
+absent::
+
+    body                      the log text (or a structured value: lists and maps become JSON's)
+    severity_text             "ERROR"
+    severity_number           17
+    time_unix_nano            1733047200000000000 (an int)
+    observed_time_unix_nano
+    trace_id, span_id         lowercase hex, as OTLP/JSON writes them
+    flags, event_name
+    attributes                {"http.method": "GET", ...}: the record's attributes
+    resource                  {"service.name": "checkout", ...}: its resource's attributes
+    scope                     {"name": ..., "version": ...}: its instrumentation scope
+
+Keys with dots stay whole (``resource.service.name`` finds ``service.name``; see ``paths``). Bytes
+values are base64, as in OTLP/JSON, so both encodings give the same fields.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, ClassVar
+
+from google.protobuf.message import DecodeError
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+
+from service.errors import InvalidMessage, Reason
+from service.formats.base import Entry
+from service.formats.plain import parse_json
+
+
+class OtlpProtoFormat:
+    """OTLP logs in protobuf, decoded with the official ``opentelemetry-proto`` package."""
+
+    name: ClassVar[str] = "otlp-proto"
+    text_field: ClassVar[str | None] = "body"
+    fans_out: ClassVar[bool] = True
+
+    def split(self, value: bytes) -> list[Entry]:
+        request = ExportLogsServiceRequest()
+        try:
+            request.ParseFromString(value)
+        except DecodeError as exc:
+            raise InvalidMessage(
+                Reason.INVALID_PROTOBUF, f"not an OTLP ExportLogsServiceRequest: {exc}"
+            ) from None
+        entries: list[Entry] = []
+        for resource_logs in request.resource_logs:
+            resource = _attributes(resource_logs.resource.attributes)
+            for scope_logs in resource_logs.scope_logs:
+                raw = scope_logs.scope
+                scope = _scope(raw.name, raw.version, _attributes(raw.attributes))
+                for record in scope_logs.log_records:
+                    fields: dict[str, Any] = {}
+                    for name in _SCALARS:
+                        if scalar := getattr(record, name):
+                            fields[name] = scalar
+                    if record.HasField("body"):
+                        fields["body"] = _value(record.body)
+                    if record.trace_id:
+                        fields["trace_id"] = record.trace_id.hex()
+                    if record.span_id:
+                        fields["span_id"] = record.span_id.hex()
+                    if record.attributes:
+                        fields["attributes"] = _attributes(record.attributes)
+                    fields["resource"] = resource
+                    fields["scope"] = scope
+                    entries.append(fields)
+        return entries
+
+
+_SCALARS = (
+    "time_unix_nano",
+    "observed_time_unix_nano",
+    "severity_number",
+    "severity_text",
+    "flags",
+    "event_name",
+)
+
+
+def _value(value: AnyValue) -> Any:
+    kind = value.WhichOneof("value")
+    if kind is None:
+        return None
+    if kind == "array_value":
+        return [_value(v) for v in value.array_value.values]
+    if kind == "kvlist_value":
+        return _attributes(value.kvlist_value.values)
+    if kind == "bytes_value":
+        return base64.b64encode(value.bytes_value).decode()
+    return getattr(value, kind)
+
+
+def _attributes(pairs: Iterable[KeyValue]) -> dict[str, Any]:
+    return {kv.key: _value(kv.value) for kv in pairs}
+
+
+def _scope(name: str, version: str, attributes: dict[str, Any]) -> dict[str, Any]:
+    scope: dict[str, Any] = {}
+    if name:
+        scope["name"] = name
+    if version:
+        scope["version"] = version
+    if attributes:
+        scope["attributes"] = attributes
+    return scope
+
+
+class OtlpJsonFormat:
+    """OTLP logs in OTLP/JSON: lowerCamelCase names (snake_case accepted too, as the Collector does),
+    hex trace and span ids, 64-bit integers as decimal strings, enums as numbers."""
+
+    name: ClassVar[str] = "otlp-json"
+    text_field: ClassVar[str | None] = "body"
+    fans_out: ClassVar[bool] = True
+
+    def split(self, value: bytes) -> list[Entry]:
+        document = parse_json(value)
+        try:
+            groups = [
+                (_json_attributes(_get(_get(rl, "resource") or {}, "attributes")), _get(rl, "scopeLogs"))
+                for rl in _list(_mapping(document), "resourceLogs")
+            ]
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise InvalidMessage(Reason.INVALID_EVENT, f"not an OTLP/JSON logs request: {exc}") from None
+        entries: list[Entry] = []
+        for resource, scope_logs in groups:
+            for sl in scope_logs or ():
+                try:
+                    raw = _get(sl, "scope") or {}
+                    scope = _json_scope(raw)
+                    records = _list(sl, "logRecords")
+                except (TypeError, ValueError, AttributeError) as exc:
+                    raise InvalidMessage(
+                        Reason.INVALID_EVENT, f"not an OTLP/JSON logs request: {exc}"
+                    ) from None
+                for record in records:
+                    try:
+                        entries.append(_json_record(_mapping(record), resource, scope))
+                    except (TypeError, ValueError, AttributeError, binascii.Error) as exc:
+                        entries.append(
+                            InvalidMessage(Reason.INVALID_EVENT, f"bad OTLP/JSON log record: {exc}")
+                        )
+        return entries
+
+
+# OTLP/JSON name -> (field name, conversion). Integers may be strings (64-bit) or numbers.
+_JSON_FIELDS: dict[str, tuple[str, Callable[[Any], Any]]] = {
+    "timeUnixNano": ("time_unix_nano", int),
+    "observedTimeUnixNano": ("observed_time_unix_nano", int),
+    "severityNumber": ("severity_number", int),
+    "severityText": ("severity_text", str),
+    "flags": ("flags", int),
+    "eventName": ("event_name", str),
+    "traceId": ("trace_id", lambda v: bytes.fromhex(v).hex()),
+    "spanId": ("span_id", lambda v: bytes.fromhex(v).hex()),
+}
+
+
+def _json_record(
+    record: Mapping[str, Any], resource: dict[str, Any], scope: dict[str, Any]
+) -> dict[str, Any]:
+    fields: dict[str, Any] = {}
+    for camel, (name, convert) in _JSON_FIELDS.items():
+        raw = _get(record, camel)
+        # Zero and "" mean unset, as in protobuf.
+        if raw is not None and raw != "" and (converted := convert(raw)):
+            fields[name] = converted
+    body = _get(record, "body")
+    if body is not None:
+        fields["body"] = _json_value(body)
+    attributes = _get(record, "attributes")
+    if attributes:
+        fields["attributes"] = _json_attributes(attributes)
+    fields["resource"] = resource
+    fields["scope"] = scope
+    return fields
+
+
+def _json_value(value: Mapping[str, Any]) -> Any:
+    for camel, raw in _mapping(value).items():
+        kind = _SNAKE_TO_CAMEL.get(camel, camel)
+        if kind == "stringValue":
+            return str(raw)
+        if kind == "intValue":
+            return int(raw)
+        if kind == "doubleValue":
+            return float(raw)
+        if kind == "boolValue":
+            return bool(raw)
+        if kind == "bytesValue":
+            return base64.b64encode(base64.b64decode(raw, validate=True)).decode()
+        if kind == "arrayValue":
+            return [_json_value(v) for v in _list(raw, "values")]
+        if kind == "kvlistValue":
+            return _json_attributes(_list(raw, "values"))
+    return None
+
+
+def _json_attributes(pairs: Any) -> dict[str, Any]:
+    if not pairs:
+        return {}
+    return {str(_mapping(kv)["key"]): _json_value(_get(kv, "value") or {}) for kv in pairs}
+
+
+def _json_scope(raw: Mapping[str, Any]) -> dict[str, Any]:
+    name, version = _get(raw, "name") or "", _get(raw, "version") or ""
+    return _scope(str(name), str(version), _json_attributes(_get(raw, "attributes")))
+
+
+_CAMEL_TO_SNAKE = {
+    "resourceLogs": "resource_logs",
+    "scopeLogs": "scope_logs",
+    "logRecords": "log_records",
+    "timeUnixNano": "time_unix_nano",
+    "observedTimeUnixNano": "observed_time_unix_nano",
+    "severityNumber": "severity_number",
+    "severityText": "severity_text",
+    "eventName": "event_name",
+    "traceId": "trace_id",
+    "spanId": "span_id",
+    "stringValue": "string_value",
+    "intValue": "int_value",
+    "doubleValue": "double_value",
+    "boolValue": "bool_value",
+    "bytesValue": "bytes_value",
+    "arrayValue": "array_value",
+    "kvlistValue": "kvlist_value",
+}
+_SNAKE_TO_CAMEL = {snake: camel for camel, snake in _CAMEL_TO_SNAKE.items()}
+
+
+def _get(node: Any, camel: str) -> Any:
+    """``node[camel]``, or its snake_case spelling, or None."""
+    node = _mapping(node)
+    value = node.get(camel)
+    return node.get(_CAMEL_TO_SNAKE.get(camel, camel)) if value is None else value
+
+
+def _mapping(node: Any) -> Mapping[str, Any]:
+    if not isinstance(node, Mapping):
+        raise TypeError(f"expected an object, got {type(node).__name__}")
+    return node
+
+
+def _list(node: Any, camel: str) -> list[Any]:
+    value = _get(node, camel)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise TypeError(f"{camel} is not a list")
+    return value

@@ -1,0 +1,90 @@
+"""Field paths: ``kubernetes.labels.app``, ``resource.service.name``. Pure.
+
+A path is a list of keys separated by dots; ``\\.`` is a dot inside a key and ``\\\\`` a backslash. Keys
+may themselves contain dots as shippers write them (OpenTelemetry's ``service.name``, Kubernetes'
+``app.kubernetes.io/name``), so lookup takes, at each level, the LONGEST run of the remaining keys that
+names an entry: ``resource.service.name`` finds ``{"resource": {"service.name": "checkout"}}`` and
+``{"resource": {"service": {"name": "checkout"}}}`` alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+
+class PathError(ValueError):
+    """A path that cannot be parsed: empty, an empty key, or a dangling backslash."""
+
+
+class _Missing:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+MISSING: Final = _Missing()
+"""What :func:`lookup` returns for a path that names nothing (distinct from a JSON ``null``)."""
+
+
+def parse_path(text: str) -> tuple[str, ...]:
+    """``a.b\\.c`` -> ``("a", "b.c")``. Raises PathError for an empty path or key, or a trailing ``\\``."""
+    keys: list[str] = []
+    key: list[str] = []
+    chars = iter(text)
+    for char in chars:
+        if char == "\\":
+            escaped = next(chars, None)
+            if escaped is None:
+                raise PathError("ends in a lone backslash")
+            key.append(escaped)
+        elif char == ".":
+            keys.append("".join(key))
+            key = []
+        else:
+            key.append(char)
+    keys.append("".join(key))
+    if not all(keys):
+        raise PathError("has an empty key (use \\. for a dot inside a key)")
+    return tuple(keys)
+
+
+def is_flat(path: tuple[str, ...]) -> bool:
+    """One key: the JSON fast path can decode it with a typed decoder."""
+    return len(path) == 1
+
+
+def lookup(fields: Any, path: tuple[str, ...]) -> Any:
+    """The value at ``path`` in nested mappings, or MISSING. Longest matching key first (see above)."""
+    node, rest = fields, path
+    while rest:
+        if not isinstance(node, Mapping):
+            return MISSING
+        for cut in range(len(rest), 0, -1):
+            key = rest[0] if cut == 1 else ".".join(rest[:cut])
+            if key in node:
+                node, rest = node[key], rest[cut:]
+                break
+        else:
+            return MISSING
+    return node
+
+
+class Picker:
+    """Copies chosen fields out of an item for its result (``MICROBATCH_OUTPUT__INCLUDE_FIELDS``): a dict
+    keyed by the paths as written; paths that name nothing are left out."""
+
+    def __init__(self, paths: list[str]) -> None:
+        self._paths = [(text, parse_path(text)) for text in paths]
+
+    def __bool__(self) -> bool:
+        return bool(self._paths)
+
+    def pick(self, fields: Any) -> dict[str, Any]:
+        picked = {}
+        for text, path in self._paths:
+            value = lookup(fields, path)
+            if value is not MISSING:
+                picked[text] = value
+        return picked
