@@ -17,7 +17,7 @@ help:
 	@echo "make kafka-down  stop it"
 	@echo "make chaos       only the fault-injection tests (part of make test)"
 	@echo "make soak        10-minute soak benchmark (not a test)"
-	@echo "make bench       the service against its baselines, side by side (~5 min; BENCH_ARGS=--quick)"
+	@echo "make bench       the service against its baselines, side by side (~7 min; BENCH_ARGS=--quick)"
 	@echo "make sweep       batch-size sweep of both reference models (~30 s; SWEEP_ARGS=--pipeline ~2 min, needs the broker)"
 	@echo "make models      retrain and export the reference models"
 
@@ -72,7 +72,7 @@ sweep: venv
 		cp bench/results/sweep-$$model.png docs/images/sweep-$$model.png || exit 1; \
 	done
 
-# Not a test: the service against its baselines on the local broker (~5 minutes); results in bench/results,
+# Not a test: the service against its baselines on the local broker (~7 minutes); results in bench/results,
 # tables in docs/BENCHMARKS.md. Starts the broker if it is not running and stops it only if it started it.
 bench: venv
 	@started=0; \

@@ -45,11 +45,13 @@ def decode(record: InputRecord, parse: Parse, max_value_bytes: int) -> Decoded |
     A processor signals bad input with :class:`InvalidMessage`; any other exception from it is a bug in
     the processor but is still contained here, so that one message can never stop the loop.
     """
-    rejection = check(record, max_value_bytes)
-    if rejection is not None:
+    value = record.value
+    if record.header_error is not None or not value or len(value) > max_value_bytes:
+        rejection = check(record, max_value_bytes)
+        assert rejection is not None
         return rejection
     try:
-        return Decoded(record, parse(record.value or b""))
+        return Decoded(record, parse(value))
     except InvalidMessage as exc:
         return Rejection(record, exc.reason, exc.detail)
     except Exception as exc:  # a processor's bug must not take the service down
@@ -100,6 +102,8 @@ class Decoder:
     def __init__(
         self, fmt: Format, processor: Processor, max_value_bytes: int, include: Picker | None = None
     ) -> None:
+        if not takes_format(processor, fmt):
+            raise ValueError(f"this processor cannot read {fmt.name} items: it has no parse_fields")
         self._limit = max_value_bytes
         self._parse = processor.parse
         self._parse_fields: Callable[[Any], Any] | None = getattr(processor, "parse_fields", None)
@@ -118,12 +122,12 @@ class Decoder:
         rejected: list[Rejection] = []
         counts: Counts = []
         if self._raw:
-            parse, limit, include = self._parse, self._limit, self._include
+            parse, limit, include, picking = self._parse, self._limit, self._include, bool(self._include)
             for record in records:  # per message: keep it lean
                 outcome = decode(record, parse, limit)
                 if isinstance(outcome, Rejection):
                     rejected.append(outcome)
-                elif include:
+                elif picking:
                     accepted.append(msgspec.structs.replace(outcome, fields=_picked(include, record.value)))
                 else:
                     accepted.append(outcome)

@@ -40,7 +40,9 @@ class OffsetTracker:
     def __init__(self) -> None:
         self._parts: dict[TopicPartition, _Partition] = {}
         self._moved: set[TopicPartition] = set()
-        self._pending = 0  # outputs not acknowledged yet, in all partitions
+        # Outputs awaited beyond one per outstanding offset (fan-out), in all partitions: kept apart so
+        # that a message with one output costs no bookkeeping beyond its dict entry.
+        self._extra = 0
         self.stale_acks = 0
         """Acks for offsets not in flight: outputs of a partition we gave up (revoked, lost) that were
         delivered late. Harmless (the result exists) and ignored, but counted so a bug would show."""
@@ -56,15 +58,15 @@ class OffsetTracker:
             raise OffsetOrderError(f"{tp}: offset {offset} tracked below {floor}")
         part.order.append(offset)
         part.outstanding[offset] = 1
-        self._pending += 1
 
     def expect(self, tp: TopicPartition, offset: int, outputs: int) -> None:
-        """``offset``, tracked, has ``outputs`` outputs rather than one; with none, it is done now."""
-        part = self._parts[tp]
-        self._pending += outputs - part.outstanding[offset]
-        part.outstanding[offset] = outputs
+        """``offset``, just tracked, has ``outputs`` outputs rather than one; with none, it is done now."""
         if outputs == 0:
-            self._finish(tp, part, offset)
+            self.done(tp, offset)  # the one output ``track`` expected will never come
+            return
+        part = self._parts[tp]
+        self._extra += outputs - part.outstanding[offset]
+        part.outstanding[offset] = outputs
 
     def done(self, tp: TopicPartition, offset: int) -> bool:
         """Record that one output of ``offset`` was acknowledged; acks may come in any order. The offset
@@ -75,20 +77,17 @@ class OffsetTracker:
         if part is None or left is None:
             self.stale_acks += 1
             return False
-        self._pending -= 1
         if left > 1:
             part.outstanding[offset] = left - 1
-        else:
-            self._finish(tp, part, offset)
-        return True
-
-    def _finish(self, tp: TopicPartition, part: _Partition, offset: int) -> None:
+            self._extra -= 1
+            return True
         del part.outstanding[offset]
         order = part.order
         if offset == order[0]:
             while order and order[0] not in part.outstanding:
                 part.committable = order.popleft() + 1
             self._moved.add(tp)
+        return True
 
     def take_committable(self) -> dict[TopicPartition, int]:
         """The next offset to commit for every partition whose watermark moved since the last call."""
@@ -102,12 +101,12 @@ class OffsetTracker:
         if tp is not None:
             part = self._parts.get(tp)
             return sum(part.outstanding.values()) if part else 0
-        return self._pending
+        return sum(len(p.outstanding) for p in self._parts.values()) + self._extra
 
     def forget(self, tps: Iterable[TopicPartition]) -> None:
         """Drop all state of partitions that are no longer ours (revoked or lost)."""
         for tp in tps:
             part = self._parts.pop(tp, None)
             if part is not None:
-                self._pending -= sum(part.outstanding.values())
+                self._extra -= sum(part.outstanding.values()) - len(part.outstanding)
             self._moved.discard(tp)

@@ -60,7 +60,10 @@ class FeaturesProcessor:
     def parse(self, value: bytes) -> Row:
         if self._decoder is None:
             return self.parse_fields(json_object(value))
-        return _finite(msgspec.structs.astuple(parse_json(value, self._decoder)))
+        row = msgspec.structs.astuple(parse_json(value, self._decoder))
+        if not all(map(math.isfinite, row)):  # inline, not _finite(): this runs per message
+            raise InvalidMessage(Reason.INVALID_EVENT, _NOT_FINITE)
+        return row
 
     def parse_fields(self, fields: Fields) -> Row:
         row = []
@@ -81,7 +84,10 @@ class FeaturesProcessor:
         return (0.0,) * len(self.features)
 
 
+_NOT_FINITE = "a feature is not a finite number"
+
+
 def _finite(row: Row) -> Row:
     if not all(map(math.isfinite, row)):
-        raise InvalidMessage(Reason.INVALID_EVENT, "a feature is not a finite number")
+        raise InvalidMessage(Reason.INVALID_EVENT, _NOT_FINITE)
     return row

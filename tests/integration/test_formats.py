@@ -20,7 +20,7 @@ from service.tools.generate import EventGenerator
 from service.tools.generate.otlp import encode, logs_request
 from service.tools.verify import verify
 from tests.support import rsyslog
-from tests.support.harness import produce, read_topic, start_service
+from tests.support.harness import produce, read_topic, start_on_topics
 from tests.support.labels import agreement, reference_labels
 
 AGREEMENT = 0.95
@@ -28,16 +28,7 @@ RECORDS_PER_REQUEST = 25
 
 
 def service(tmp_path, bootstrap, topics, group_id, **settings):
-    return start_service(
-        tmp_path,
-        kafka__bootstrap_servers=bootstrap,
-        kafka__group_id=group_id,
-        input__topics=topics["in"],
-        output__topic=topics["out"],
-        dlq__topic=topics["dlq"],
-        model__name="log-classifier",
-        **settings,
-    )
+    return start_on_topics(tmp_path, bootstrap, topics, group_id, model="log-classifier", **settings)
 
 
 # -- OTLP logs, one result per log record ---------------------------------------------------------------

@@ -28,7 +28,7 @@ _QUICK = {"drain_seconds": 0.5, "latency_seconds": 2.0, "settle_seconds": 0.5}
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Define the command's options."""
-    parser.add_argument("--scenario", choices=("A", "B", "all"), default="all")
+    parser.add_argument("--scenario", choices=("A", "B", "C", "all"), default="all")
     parser.add_argument("--quick", action="store_true", help="small backlogs and short runs (smoke test)")
     parser.add_argument(
         "--bootstrap", default=None, help=f"brokers (default {KafkaSettings.env('bootstrap_servers')})"

@@ -126,15 +126,19 @@ class Bench:
 
     def run_scenario(self, scenario: Scenario) -> dict[str, Any]:
         backlog = {s.name: self.backlog_size(s) for s in scenario.systems if s.kafka}
-        size = min(max(backlog.values()), _POOL_EVENTS)
-        _say(f"[{scenario.key}] {scenario.title}: {scenario.model}; generating {size:,} distinct events")
-        pool = make_events(scenario.kind, size, self.options.seed)
+        pools: dict[tuple[str, int], list] = {}
         systems: dict[str, dict[str, Any]] = {}
         for system in scenario.systems:
             entry: dict[str, Any] = {"label": system.label}
             if system.kafka:
+                kind, per = system.kind or scenario.kind, system.items_per_message
+                if (kind, per) not in pools:
+                    size = min(max(backlog.values()), _POOL_EVENTS) // per
+                    _say(f"[{scenario.key}] {scenario.title}: {size:,} distinct {kind} messages")
+                    pools[kind, per] = make_events(kind, size, self.options.seed, per)
+                pool = pools[kind, per]
                 entry["throughput"] = self.throughput_phase(
-                    scenario, system, cycle(pool, backlog[system.name])
+                    scenario, system, cycle(pool, backlog[system.name] // per)
                 )
                 rate = entry["throughput"].get("events_per_s")
                 usable = entry["throughput"]["complete"] and rate
@@ -169,6 +173,7 @@ class Bench:
         return self.settings.batch.max_size
 
     def backlog_size(self, system: System) -> int:
+        """Items (not messages) to drain: about ``drain_s`` seconds of work at the system's hinted rate."""
         return max(_MIN_EVENTS, round(system.rate_hint * self.options.drain_s))
 
     # -- phases -------------------------------------------------------------------------------------
@@ -201,9 +206,10 @@ class Bench:
 
     def latency_phase(self, scenario: Scenario, system: System, pool: list, rate: float) -> dict[str, Any]:
         settle_s, seconds = self.options.settle_s, self.options.latency_s
-        count = max(_MIN_EVENTS // 4, round(rate * (settle_s + seconds)))
-        _say(f"[{scenario.key}] {system.name}: {count:,} events at {rate:,.0f}/s for latency")
-        run = self.kafka_run(scenario, system, cycle(pool, count), rate=rate, settle_s=settle_s)
+        per = system.items_per_message
+        count = max(_MIN_EVENTS // 4, round(rate * (settle_s + seconds))) // per
+        _say(f"[{scenario.key}] {system.name}: {count:,} messages at {rate:,.0f} items/s for latency")
+        run = self.kafka_run(scenario, system, cycle(pool, count), rate=rate / per, settle_s=settle_s)
         measured: list[measure.Output] = run["measured"]
         latencies = measure.latencies_ms(measured)
         sent_from, sent_to = run["sending_s"]
@@ -230,7 +236,8 @@ class Bench:
         _say(f"[{scenario.key}] {system.name}: timing the model alone for {seconds:g}s")
         log_dir = self.options.log_dir / self.run_id
         out = log_dir / f"{scenario.key}-{system.name}.json"
-        extra = ["--kind", scenario.kind, "--seconds", str(seconds), "--seed", str(self.options.seed)]
+        kind = system.kind or scenario.kind
+        extra = ["--kind", kind, "--seconds", str(seconds), "--seed", str(self.options.seed)]
         env = self.env(scenario, system, {})
         log_path = log_dir / f"{scenario.key}-{system.name}.log"
         child = start([*system.argv, *extra, "--out", str(out)], env, log_path)
@@ -255,7 +262,8 @@ class Bench:
         self, scenario: Scenario, system: System, events: list, rate: float, settle_s: float = 0.0
     ) -> dict[str, Any]:
         """Fresh topics and group. ``rate`` 0: load ``events`` as a backlog, then start the system. Else:
-        start it, let it answer a few warm-up events, then send ``events`` at ``rate``; ``measured`` are
+        start it, let it answer a few warm-up events, then send ``events`` at ``rate`` messages per
+        second; ``inputs`` count items (``items_per_message`` per message); ``measured`` are
         the outputs of those sent after the first ``settle_s`` seconds. Then wait until every input is
         answered (or the system stalls), stop the system and read its outputs back."""
         phase = "latency" if rate else "throughput"
@@ -265,7 +273,8 @@ class Bench:
         self.admin.create(topics.all(), parts)
         counter = Watermarks(client_conf)
         sender = kafka_io.Sender(self.kafka.producer_config())
-        inputs = len(events)
+        per = system.items_per_message
+        inputs = len(events) * per
         sending = (0.0, time.time())
         group = f"{topics.input}.group"
         try:
@@ -277,7 +286,7 @@ class Bench:
             try:
                 with Sampler(child.pid) as sampler:
                     if rate:
-                        inputs += self._warm_up(child, counter, sender, topics, events, system.name)
+                        inputs += self._warm_up(child, counter, sender, topics, events, system)
                         began = time.time()
                         sender.send(topics.input, events, rate)
                         sending = (began + settle_s, time.time())
@@ -311,15 +320,17 @@ class Bench:
         sender: kafka_io.Sender,
         topics: kafka_io.Topics,
         events: list,
-        name: str,
+        system: System,
     ) -> int:
         """Until a first few inputs are answered the system is still joining its group, looking up its
-        offsets and initialising its producer (and the bench its own): start-up, not latency."""
-        warm = cycle(events, _WARM_UP_EVENTS)
+        offsets and initialising its producer (and the bench its own): start-up, not latency. Returns the
+        items sent."""
+        warm = cycle(events, max(1, _WARM_UP_EVENTS // system.items_per_message))
+        items = len(warm) * system.items_per_message
         sender.send(topics.input, warm)
-        if not self._wait_answered(child, counter, topics, len(warm), f"{name} warm-up"):
-            raise RuntimeError(f"{name} did not answer its warm-up events; see {child.log_path}")
-        return len(warm)
+        if not self._wait_answered(child, counter, topics, items, f"{system.name} warm-up"):
+            raise RuntimeError(f"{system.name} did not answer its warm-up events; see {child.log_path}")
+        return items
 
     def _wait_answered(
         self, child: Child, counter: Watermarks, topics: kafka_io.Topics, expected: int, what: str
@@ -355,6 +366,7 @@ class Bench:
                 "LOG__STATS_INTERVAL_S": "2",
                 **overrides,
                 **dict(scenario.env),
+                **dict(system.env),
             },
         )
 
@@ -362,7 +374,8 @@ class Bench:
 
     def _common(self, system: System, run: dict[str, Any], outputs: list[measure.Output]) -> dict[str, Any]:
         child: Child = run["child"]
-        padding = measure.padding_efficiency(child.log_lines()) if system.name == SERVICE else None
+        is_service = system.argv[0] == "service"
+        padding = measure.padding_efficiency(child.log_lines()) if is_service else None
         return {
             "mean_batch_size": measure.mean_batch_size(outputs),
             "padding_efficiency": padding,

@@ -13,6 +13,10 @@ PASSTHROUGH = "passthrough"
 NAIVE = "naive"
 RAW_ORT = "raw-ort"
 RAW_ORT_SORTED = "raw-ort-sorted"
+SERVICE_JSON = "service-json-lines"
+RECORDS_PER_REQUEST = 50
+"""Log records per OTLP request in scenario C: the Collector's batch processor sends hundreds per request at
+volume; 50 keeps a request within one fetch of a few partitions."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +35,13 @@ class System:
     argv: tuple[str, ...]
     kafka: bool
     rate_hint: float
+    kind: str | None = None
+    """The events this system reads, when not the scenario's ``kind``."""
+    env: tuple[tuple[str, str], ...] = ()
+    """Settings of this system only (after the scenario's own)."""
+    items_per_message: int = 1
+    """Items, and so outputs, per input message: ``RECORDS_PER_REQUEST`` for OTLP requests. ``rate_hint``
+    and the latency run's rate count items."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,9 +121,36 @@ SCENARIOS: dict[str, Scenario] = {
             Ratio(SERVICE, NAIVE),
         ),
     ),
+    "C": Scenario(
+        key="C",
+        title="fan-out (OTLP logs)",
+        model="log-classifier",
+        kind="otlp-logs",
+        systems=(
+            System(
+                SERVICE,
+                f"service, OTLP requests ({RECORDS_PER_REQUEST} records each, otlp-proto)",
+                ("service", "run"),
+                True,
+                4_000,
+                env=(("INPUT__FORMAT", "otlp-proto"),),
+                items_per_message=RECORDS_PER_REQUEST,
+            ),
+            # The same records one per message, as JSON lines: scenario B's service, in the same run.
+            System(
+                SERVICE_JSON,
+                "service, the same records as JSON lines",
+                ("service", "run"),
+                True,
+                4_000,
+                "logs",
+            ),
+        ),
+        ratios=(Ratio(SERVICE, SERVICE_JSON),),
+    ),
 }
 
 
 def selected(choice: str) -> list[Scenario]:
-    """``A``, ``B`` or ``all``."""
+    """``A``, ``B``, ``C`` or ``all``."""
     return list(SCENARIOS.values()) if choice == "all" else [SCENARIOS[choice]]

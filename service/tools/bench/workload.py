@@ -11,23 +11,36 @@ from collections.abc import Sequence
 import msgspec
 
 from service.tools.generate import EventGenerator
+from service.tools.generate.otlp import encode, logs_request
 
 Event = tuple[bytes, bytes]
 _CHUNK = 10_000
 
 
-def make_events(kind: str, count: int, seed: int) -> list[Event]:
-    """``count`` valid events of ``kind`` (``metrics`` or ``logs``): no poison, so every input must come
-    out as a result and nothing as a dead letter."""
+def make_events(kind: str, count: int, seed: int, per_message: int = 1) -> list[Event]:
+    """``count`` valid messages of ``kind``: ``metrics`` or ``logs`` events as JSON, or ``otlp-logs``
+    requests of ``per_message`` log records each (protobuf, as the Collector writes them; the records are
+    the ``logs`` events of the same seed, in order). No poison, so every item must come out as a result
+    and nothing as a dead letter."""
+    if kind == "otlp-logs":
+        records = make_events("logs", count * per_message, seed)
+        decode = msgspec.json.Decoder().decode
+        return [
+            (
+                b"",
+                encode(logs_request([decode(v) for _k, v in records[i : i + per_message]], seed=i), "proto"),
+            )
+            for i in range(0, len(records), per_message)
+        ]
     if kind not in {"metrics", "logs"}:
         raise ValueError(f"unknown event kind {kind!r}")
     gen = EventGenerator(seed)
-    encode = msgspec.json.Encoder().encode
+    to_json = msgspec.json.Encoder().encode
     events: list[Event] = []
     while len(events) < count:  # in chunks: a few hundred thousand event dicts at once would be large
         n = min(_CHUNK, count - len(events))
         chunk = gen.logs(n) if kind == "logs" else gen.metrics(n)
-        events.extend((e["host"].encode(), encode(e)) for e in chunk)
+        events.extend((e["host"].encode(), to_json(e)) for e in chunk)
     return events
 
 

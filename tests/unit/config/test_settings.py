@@ -11,6 +11,7 @@ from pydantic import ValidationError
 
 from service.config import BatchSettings, Settings, load_settings, require_topics, sections
 from service.errors import ConfigError
+from service.formats import FORMATS
 from service.models import reference
 
 SECRET = "s3cr3t-pa55word-do-not-log"
@@ -405,3 +406,50 @@ def test_cli_unknown_reference_model_exits_2_naming_the_setting(isolated_env):
     proc = run_cli({"MICROBATCH_MODEL__NAME": "nope", "MICROBATCH_INPUT__TOPICS": "x"}, isolated_env)
     assert proc.returncode == 2, proc.stderr
     assert "MICROBATCH_MODEL__NAME" in proc.stderr
+
+
+# -- input formats and field paths ----------------------------------------------------------------------
+
+
+def test_the_input_format_defaults_to_json_and_takes_every_documented_name(monkeypatch):
+    assert load_settings().input.format == "json"
+    for name in FORMATS:
+        monkeypatch.setenv("MICROBATCH_INPUT__FORMAT", name)
+        assert load_settings().input.format == name
+
+
+def test_an_unknown_input_format_names_the_setting_and_the_choices(monkeypatch):
+    monkeypatch.setenv("MICROBATCH_INPUT__FORMAT", "syslog-ng")
+    with pytest.raises(ConfigError) as err:
+        load_settings()
+    assert err.value.setting == "MICROBATCH_INPUT__FORMAT"
+    assert "otlp-proto" in str(err.value)
+    assert "syslog-ng" not in str(err.value)  # the value is never quoted
+
+
+def test_include_fields_are_a_comma_list_of_paths(monkeypatch):
+    monkeypatch.setenv("MICROBATCH_OUTPUT__INCLUDE_FIELDS", "host.name, resource.service.name,severity_text")
+    assert load_settings().output.include_fields == ["host.name", "resource.service.name", "severity_text"]
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("MICROBATCH_OUTPUT__INCLUDE_FIELDS", "host,,x..y"),
+        ("MICROBATCH_MODEL__FEATURES", "cpu,mem."),
+        ("MICROBATCH_MODEL__TEXT_FIELD", "log\\"),
+    ],
+)
+def test_a_bad_path_names_its_setting(monkeypatch, name, value):
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError) as err:
+        load_settings()
+    assert err.value.setting == name
+
+
+def test_an_empty_text_field_points_at_the_text_format(monkeypatch):
+    monkeypatch.setenv("MICROBATCH_MODEL__TEXT_FIELD", "")
+    with pytest.raises(ConfigError) as err:
+        load_settings()
+    assert err.value.setting == "MICROBATCH_MODEL__TEXT_FIELD"
+    assert "MICROBATCH_INPUT__FORMAT=text" in str(err.value)
