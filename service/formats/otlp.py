@@ -52,27 +52,28 @@ class OtlpProtoFormat:
                 Reason.INVALID_PROTOBUF, f"not an OTLP ExportLogsServiceRequest: {exc}"
             ) from None
         entries: list[Entry] = []
+        append = entries.append
         for resource_logs in request.resource_logs:
             resource = _attributes(resource_logs.resource.attributes)
             for scope_logs in resource_logs.scope_logs:
                 raw = scope_logs.scope
                 scope = _scope(raw.name, raw.version, _attributes(raw.attributes))
-                for record in scope_logs.log_records:
+                for record in scope_logs.log_records:  # per record: every attribute read builds an object
                     fields: dict[str, Any] = {}
                     for name in _SCALARS:
                         if scalar := getattr(record, name):
                             fields[name] = scalar
                     if record.HasField("body"):
                         fields["body"] = _value(record.body)
-                    if record.trace_id:
-                        fields["trace_id"] = record.trace_id.hex()
-                    if record.span_id:
-                        fields["span_id"] = record.span_id.hex()
-                    if record.attributes:
-                        fields["attributes"] = _attributes(record.attributes)
+                    if trace_id := record.trace_id:
+                        fields["trace_id"] = trace_id.hex()
+                    if span_id := record.span_id:
+                        fields["span_id"] = span_id.hex()
+                    if attributes := record.attributes:
+                        fields["attributes"] = _attributes(attributes)
                     fields["resource"] = resource
                     fields["scope"] = scope
-                    entries.append(fields)
+                    append(fields)
         return entries
 
 
@@ -88,6 +89,8 @@ _SCALARS = (
 
 def _value(value: AnyValue) -> Any:
     kind = value.WhichOneof("value")
+    if kind == "string_value":  # nearly always: the common case first
+        return value.string_value
     if kind is None:
         return None
     if kind == "array_value":

@@ -71,12 +71,12 @@ class Metrics:
         self.produced = Counter(f"{p}_results_produced", "Results handed to the producer.", registry=r)
         self.acknowledged = Counter(
             f"{p}_outputs_acknowledged",
-            "Inputs whose output (result or dead letter) the broker acknowledged.",
+            "Outputs (results and dead letters, one per item) the broker acknowledged.",
             registry=r,
         )
         self.dead_letters = Counter(
             f"{p}_dead_letters",
-            "Inputs sent to the dead-letter topic, by reason code.",
+            "Messages, or items of them, sent to the dead-letter topic, by reason code.",
             ["reason"],
             registry=r,
         )

@@ -145,8 +145,16 @@ SCENARIOS: dict[str, Scenario] = {
                 4_000,
                 "logs",
             ),
+            System(
+                RAW_ORT,
+                "raw ONNX Runtime, no Kafka (model ceiling)",
+                ("service.tools.bench.baselines", RAW_ORT),
+                False,
+                0,
+                "logs",
+            ),
         ),
-        ratios=(Ratio(SERVICE, SERVICE_JSON),),
+        ratios=(Ratio(SERVICE, SERVICE_JSON), Ratio(SERVICE, RAW_ORT)),
     ),
 }
 

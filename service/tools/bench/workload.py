@@ -13,7 +13,7 @@ import msgspec
 from service.tools.generate import EventGenerator
 from service.tools.generate.otlp import encode, logs_request
 
-Event = tuple[bytes, bytes]
+Event = tuple[bytes | None, bytes]
 _CHUNK = 10_000
 
 
@@ -23,15 +23,15 @@ def make_events(kind: str, count: int, seed: int, per_message: int = 1) -> list[
     the ``logs`` events of the same seed, in order). No poison, so every item must come out as a result
     and nothing as a dead letter."""
     if kind == "otlp-logs":
-        records = make_events("logs", count * per_message, seed)
-        decode = msgspec.json.Decoder().decode
-        return [
-            (
-                b"",
-                encode(logs_request([decode(v) for _k, v in records[i : i + per_message]], seed=i), "proto"),
-            )
-            for i in range(0, len(records), per_message)
-        ]
+        # One agent's batch per request (a Collector on each node): one resource, the first event's host
+        # and service; no key, as the Collector's exporter sends them.
+        records = [msgspec.json.decode(v) for _k, v in make_events("logs", count * per_message, seed)]
+        requests: list[Event] = []
+        for i in range(0, len(records), per_message):
+            chunk = records[i : i + per_message]
+            agent = {"host": chunk[0]["host"], "service": chunk[0]["service"]}
+            requests.append((None, encode(logs_request([e | agent for e in chunk], seed=i), "proto")))
+        return requests
     if kind not in {"metrics", "logs"}:
         raise ValueError(f"unknown event kind {kind!r}")
     gen = EventGenerator(seed)
