@@ -41,14 +41,6 @@ class TextProcessor:
     """
 
     def __init__(self, info: ModelInfo) -> None:
-        field = setting(info, "text_field", required=False)
-        if not field:
-            raise ConfigError(
-                ModelSettings.env("text_field"),
-                "required: the model names no microbatch.text_field and the input format does not say where"
-                f" the text is (set the field, or {InputSettings.env('format')}=text for whole values)",
-            )
-        [(self._field, self._path)] = field_paths(ModelSettings.env("text_field"), [field])
         path = info.settings.get("tokenizer")
         if path is None:
             name = setting(info, "tokenizer")
@@ -77,6 +69,15 @@ class TextProcessor:
             )
         self._mask = "attention_mask" in names
         self._types = "token_type_ids" in names
+        # After the model's fit: a model that is not a text model is the first thing to fix.
+        field = setting(info, "text_field", required=False)
+        if not field:
+            raise ConfigError(
+                ModelSettings.env("text_field"),
+                "required: the model names no microbatch.text_field and the input format does not say where"
+                f" the text is (set the field, or {InputSettings.env('format')}=text for whole values)",
+            )
+        [(self._field, self._path)] = field_paths(ModelSettings.env("text_field"), [field])
         self._decoder: msgspec.json.Decoder[msgspec.Struct] | None = None
         if is_flat(self._path):  # a typed decoder reads the one field in C: the JSON fast path
             event = msgspec.defstruct("TextEvent", [("text", str)], rename={"text": self._path[0]})

@@ -67,7 +67,7 @@ def test_quick_shortens_everything_and_flags_win(captured):
 
 def test_unknown_scenario_is_a_usage_error():
     with pytest.raises(SystemExit):
-        parse("--scenario", "C")
+        parse("--scenario", "Z")
 
 
 def test_child_env_keeps_shared_settings_and_drops_the_callers_model_choice():

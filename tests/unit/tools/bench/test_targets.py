@@ -92,6 +92,6 @@ def test_scenario_b_has_a_model_ceiling_for_the_batch_inference_time():
     assert any(not s.kafka for s in SCENARIOS["A"].systems)
 
 
-@pytest.mark.parametrize(("choice", "keys"), [("A", ["A"]), ("B", ["B"]), ("all", ["A", "B"])])
+@pytest.mark.parametrize(("choice", "keys"), [("A", ["A"]), ("C", ["C"]), ("all", ["A", "B", "C"])])
 def test_selected_scenarios(choice, keys):
     assert [s.key for s in selected(choice)] == keys
