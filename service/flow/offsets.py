@@ -60,12 +60,17 @@ class OffsetTracker:
         part.outstanding[offset] = 1
 
     def expect(self, tp: TopicPartition, offset: int, outputs: int) -> None:
-        """``offset``, just tracked, has ``outputs`` outputs rather than one; with none, it is done now."""
+        """``offset``, just tracked, has ``outputs`` outputs rather than one; with none, it is done now.
+        An offset no longer tracked (its partition rewound later in the same consumed group, so it was
+        forgotten) is ignored: its outputs' acks count as stale, and it is read again."""
+        part = self._parts.get(tp)
+        current = part.outstanding.get(offset) if part is not None else None
+        if part is None or current is None:
+            return
         if outputs == 0:
             self.done(tp, offset)  # the one output ``track`` expected will never come
             return
-        part = self._parts[tp]
-        self._extra += outputs - part.outstanding[offset]
+        self._extra += outputs - current
         part.outstanding[offset] = outputs
 
     def done(self, tp: TopicPartition, offset: int) -> bool:

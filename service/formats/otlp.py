@@ -30,6 +30,7 @@ from typing import Any, ClassVar
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.logs.v1.logs_pb2 import SeverityNumber
 
 from service.errors import InvalidMessage, Reason
 from service.formats.base import Entry
@@ -51,6 +52,8 @@ class OtlpProtoFormat:
             raise InvalidMessage(
                 Reason.INVALID_PROTOBUF, f"not an OTLP ExportLogsServiceRequest: {exc}"
             ) from None
+        if not request.resource_logs:  # protobuf decodes any stray bytes as unknown fields, or as nothing
+            raise InvalidMessage(Reason.INVALID_PROTOBUF, "no resource_logs: not an OTLP logs request")
         entries: list[Entry] = []
         append = entries.append
         for resource_logs in request.resource_logs:
@@ -128,38 +131,42 @@ class OtlpJsonFormat:
     def split(self, value: bytes) -> list[Entry]:
         document = parse_json(value)
         try:
-            groups = [
-                (_json_attributes(_get(_get(rl, "resource") or {}, "attributes")), _get(rl, "scopeLogs"))
-                for rl in _list(_mapping(document), "resourceLogs")
-            ]
-        except (TypeError, ValueError, AttributeError) as exc:
+            resource_logs = _list(_mapping(document), "resourceLogs")
+            if not resource_logs:
+                raise ValueError("no resourceLogs")
+            scopes = []
+            for rl in resource_logs:
+                resource = _json_attributes(_get(_get(rl, "resource") or {}, "attributes"))
+                for sl in _list(rl, "scopeLogs"):
+                    scopes.append((resource, _json_scope(_get(sl, "scope") or {}), _list(sl, "logRecords")))
+        except _BAD_SHAPE as exc:
             raise InvalidMessage(Reason.INVALID_EVENT, f"not an OTLP/JSON logs request: {exc}") from None
         entries: list[Entry] = []
-        for resource, scope_logs in groups:
-            for sl in scope_logs or ():
+        for resource, scope, records in scopes:
+            for record in records:
                 try:
-                    raw = _get(sl, "scope") or {}
-                    scope = _json_scope(raw)
-                    records = _list(sl, "logRecords")
-                except (TypeError, ValueError, AttributeError) as exc:
-                    raise InvalidMessage(
-                        Reason.INVALID_EVENT, f"not an OTLP/JSON logs request: {exc}"
-                    ) from None
-                for record in records:
-                    try:
-                        entries.append(_json_record(_mapping(record), resource, scope))
-                    except (TypeError, ValueError, AttributeError, binascii.Error) as exc:
-                        entries.append(
-                            InvalidMessage(Reason.INVALID_EVENT, f"bad OTLP/JSON log record: {exc}")
-                        )
+                    entries.append(_json_record(_mapping(record), resource, scope))
+                except _BAD_SHAPE as exc:
+                    entries.append(InvalidMessage(Reason.INVALID_EVENT, f"bad OTLP/JSON log record: {exc}"))
         return entries
+
+
+# What a malformed document raises on its way through the helpers below.
+_BAD_SHAPE = (TypeError, ValueError, AttributeError, LookupError, binascii.Error)
+
+
+def _severity(raw: Any) -> int:
+    """A SeverityNumber, as a number or by its name (``SEVERITY_NUMBER_INFO``, protobuf's own JSON)."""
+    if isinstance(raw, str) and raw.startswith("SEVERITY_NUMBER_"):
+        return int(SeverityNumber.Value(raw))
+    return int(_typed(raw, str | int))
 
 
 # OTLP/JSON name -> (field name, conversion). Integers may be strings (64-bit) or numbers.
 _JSON_FIELDS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "timeUnixNano": ("time_unix_nano", int),
     "observedTimeUnixNano": ("observed_time_unix_nano", int),
-    "severityNumber": ("severity_number", int),
+    "severityNumber": ("severity_number", _severity),
     "severityText": ("severity_text", str),
     "flags": ("flags", int),
     "eventName": ("event_name", str),
@@ -191,16 +198,19 @@ def _json_record(
 def _json_value(value: Mapping[str, Any]) -> Any:
     for camel, raw in _mapping(value).items():
         kind = _SNAKE_TO_CAMEL.get(camel, camel)
+        if raw is None:  # JSON null: the field's default, i.e. unset
+            continue
         if kind == "stringValue":
-            return str(raw)
+            return _typed(raw, str)
         if kind == "intValue":
-            return int(raw)
+            return int(_typed(raw, str | int))
         if kind == "doubleValue":
-            return float(raw)
+            return float(_typed(raw, str | int | float))
         if kind == "boolValue":
-            return bool(raw)
-        if kind == "bytesValue":
-            return base64.b64encode(base64.b64decode(raw, validate=True)).decode()
+            return _typed(raw, bool)
+        if kind == "bytesValue":  # protobuf's JSON allows the URL-safe alphabet too
+            decoded = base64.b64decode(_typed(raw, str).replace("-", "+").replace("_", "/"), validate=True)
+            return base64.b64encode(decoded).decode()
         if kind == "arrayValue":
             return [_json_value(v) for v in _list(raw, "values")]
         if kind == "kvlistValue":
@@ -211,7 +221,14 @@ def _json_value(value: Mapping[str, Any]) -> Any:
 def _json_attributes(pairs: Any) -> dict[str, Any]:
     if not pairs:
         return {}
-    return {str(_mapping(kv)["key"]): _json_value(_get(kv, "value") or {}) for kv in pairs}
+    return {_typed(_mapping(kv)["key"], str): _json_value(_get(kv, "value") or {}) for kv in pairs}
+
+
+def _typed(raw: Any, kind: Any) -> Any:
+    """``raw`` if it is a ``kind`` (a JSON string is not a bool, nor a bool an int), else TypeError."""
+    if not isinstance(raw, kind) or (isinstance(raw, bool) and kind is not bool):
+        raise TypeError(f"expected {getattr(kind, '__name__', kind)}, got {type(raw).__name__}")
+    return raw
 
 
 def _json_scope(raw: Mapping[str, Any]) -> dict[str, Any]:

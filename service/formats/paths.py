@@ -56,19 +56,19 @@ def is_flat(path: tuple[str, ...]) -> bool:
 
 
 def lookup(fields: Any, path: tuple[str, ...]) -> Any:
-    """The value at ``path`` in nested mappings, or MISSING. Longest matching key first (see above)."""
-    node, rest = fields, path
-    while rest:
-        if not isinstance(node, Mapping):
-            return MISSING
-        for cut in range(len(rest), 0, -1):
-            key = rest[0] if cut == 1 else ".".join(rest[:cut])
-            if key in node:
-                node, rest = node[key], rest[cut:]
-                break
-        else:
-            return MISSING
-    return node
+    """The value at ``path`` in nested mappings, or MISSING. Longest matching key first (see above); when
+    that leads nowhere, shorter ones are tried (``a.b.c`` in ``{"a.b": 1, "a": {"b": {"c": 2}}}`` is 2)."""
+    if not isinstance(fields, Mapping):
+        return MISSING
+    if len(path) == 1:  # the common case, and the end of every path
+        return fields.get(path[0], MISSING)
+    for cut in range(len(path), 0, -1):
+        key = path[0] if cut == 1 else ".".join(path[:cut])
+        if key in fields:
+            found = fields[key] if cut == len(path) else lookup(fields[key], path[cut:])
+            if found is not MISSING:
+                return found
+    return MISSING
 
 
 class Picker:

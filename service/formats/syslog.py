@@ -83,7 +83,7 @@ def parse_line(line: str) -> dict[str, Any]:
         groups = match.groupdict()
         fields.update((k, groups[k]) for k in ("timestamp", "host", "app", "pid") if groups.get(k))
         message = match["message"]
-    if "pid" in fields and fields["pid"].isdigit():
+    if "pid" in fields and fields["pid"].isascii() and fields["pid"].isdigit():  # not "²": int() refuses it
         fields["pid"] = int(fields["pid"])
     if match["pri"] is not None and int(match["pri"]) < 8 * len(FACILITIES):
         priority = int(match["pri"])

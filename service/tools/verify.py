@@ -20,7 +20,7 @@ from typing import Any
 import msgspec
 
 from service.config import DlqSettings, InputSettings, OutputSettings, Settings
-from service.errors import EXIT_OK, InvalidMessage, UnknownTopicError
+from service.errors import EXIT_OK, UnknownTopicError
 from service.flow.records import InputRecord
 from service.formats import FORMATS, Format, load_format
 from service.tools.reader import ClientConf, read_to_end
@@ -137,7 +137,7 @@ def _items(record: InputRecord, fmt: Format | None) -> int:
         return 1
     try:
         return len(fmt.split(record.value))
-    except InvalidMessage:
+    except Exception:  # unreadable (InvalidMessage), or a format's bug: the service dead-letters it whole
         return 1
 
 

@@ -325,3 +325,14 @@ def test_fan_out_in_random_ack_order_never_commits_an_unfinished_message():
         assert all(left[o] == 0 for o in range(committed))
     assert committed == 20
     assert tracker.stale_acks == 0
+
+
+def test_a_fan_out_count_for_an_offset_forgotten_by_a_rewind_is_ignored():
+    # A consumed group 100, 50 of one partition: the rewind to 50 forgets 100 before its count arrives.
+    tracker = tracker_with(TP, [100])
+    tracker.forget([TP])
+    tracker.track(TP, 50)
+    tracker.expect(TP, 100, 3)
+    assert tracker.in_flight() == 1
+    ack(tracker, TP, [50])
+    assert tracker.take_committable() == {TP: 51}

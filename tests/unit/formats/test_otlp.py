@@ -87,9 +87,23 @@ def test_a_generated_request_keeps_records_in_order_under_their_resources():
         assert [r["resource"]["host.name"] for r in records] == [e["host"] for e in events]
 
 
-def test_an_empty_request_holds_no_items():
-    assert OtlpProtoFormat().split(b"") == []
-    assert OtlpJsonFormat().split(b"{}") == []
+def test_a_resource_without_records_holds_no_items():
+    assert OtlpProtoFormat().split(b"\n\x00") == []  # one empty ResourceLogs
+    assert OtlpJsonFormat().split(b'{"resourceLogs": [{"scopeLogs": []}]}') == []
+
+
+@pytest.mark.parametrize("value", [b"\x08\x01", b"\x10\x05\x18\x07"])
+def test_bytes_that_decode_as_no_resource_logs_are_not_a_request(value):
+    # Protobuf reads stray bytes as unknown fields: an "empty request" there must not pass unanswered.
+    with pytest.raises(InvalidMessage) as info:
+        OtlpProtoFormat().split(value)
+    assert info.value.reason is Reason.INVALID_PROTOBUF
+
+
+def test_json_without_resource_logs_is_not_a_request():
+    with pytest.raises(InvalidMessage) as info:
+        OtlpJsonFormat().split(b"{}")
+    assert info.value.reason is Reason.INVALID_EVENT
 
 
 def test_bytes_that_are_not_protobuf_are_invalid_protobuf():
@@ -105,6 +119,11 @@ def test_bytes_that_are_not_protobuf_are_invalid_protobuf():
         (b"[1, 2]", Reason.INVALID_EVENT),
         (b'{"resourceLogs": 3}', Reason.INVALID_EVENT),
         (b'{"resourceLogs": [{"scopeLogs": [{"logRecords": "x"}]}]}', Reason.INVALID_EVENT),
+        (b'{"resourceLogs": [{"scopeLogs": 5}]}', Reason.INVALID_EVENT),
+        (
+            b'{"resourceLogs": [{"resource": {"attributes": [{"value": {}}]}, "scopeLogs": []}]}',
+            Reason.INVALID_EVENT,
+        ),
     ],
 )
 def test_json_that_is_not_a_logs_request_rejects_the_message(value, reason):
@@ -132,3 +151,23 @@ def test_the_otlp_formats_fan_out_and_find_the_text_in_the_body():
     for fmt in (OtlpProtoFormat, OtlpJsonFormat):
         assert fmt.fans_out
         assert fmt.text_field == "body"
+
+
+def test_json_values_are_type_checked_record_by_record():
+    records = [
+        {
+            "severityNumber": "SEVERITY_NUMBER_WARN",
+            "body": {"stringValue": None},
+        },  # enum by name; null: unset
+        {"attributes": [{"value": {"stringValue": "no key"}}]},
+        {"body": {"boolValue": "false"}},  # a string is not a bool
+        {"body": {"bytesValue": "AAH-_w=="}},  # URL-safe base64, which protobuf's JSON allows
+        {"body": {"intValue": True}},  # nor is a bool an int
+    ]
+    value = msgspec.json.encode({"resourceLogs": [{"scopeLogs": [{"logRecords": records}]}]})
+    by_name, no_key, string_bool, url_safe, bool_int = OtlpJsonFormat().split(value)
+    assert by_name == {"severity_number": 13, "body": None, "resource": {}, "scope": {}}
+    for bad in (no_key, string_bool, bool_int):
+        assert isinstance(bad, InvalidMessage)
+        assert bad.reason is Reason.INVALID_EVENT
+    assert url_safe["body"] == "AAH+/w=="

@@ -51,6 +51,12 @@ def test_the_longest_key_wins_over_nesting():
     assert lookup({"a": {"b": "nested"}}, parse_path("a.b")) == "nested"
 
 
+def test_a_longer_key_that_leads_nowhere_gives_way_to_a_shorter_one():
+    fields = {"a.b": 1, "a": {"b": {"c": 2}}}
+    assert lookup(fields, parse_path("a.b.c")) == 2
+    assert lookup(fields, parse_path("a.b")) == 1
+
+
 def test_an_escaped_dot_matches_only_a_whole_key():
     assert lookup({"a": {"b": 1}}, parse_path(r"a\.b")) is MISSING
     assert lookup({"a.b": 1}, parse_path(r"a\.b")) == 1

@@ -101,3 +101,9 @@ def test_invalid_utf8_is_its_reason():
 def test_one_message_is_one_item():
     assert not SyslogFormat.fans_out
     assert SyslogFormat.text_field == "message"
+
+
+def test_a_pid_of_other_digits_stays_text():
+    # "²".isdigit() is true, int("²") fails: the line must still parse.
+    assert parse_line("Dec  1 10:00:00 web-1 app[²]: odd pid")["pid"] == "²"
+    assert parse_line("<13>1 - web-1 app ² - - odd")["pid"] == "²"

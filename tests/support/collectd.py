@@ -1,0 +1,230 @@
+"""A real, private ``collectd`` (5.x) whose ``write_kafka`` plugin publishes every value list it reads to one
+topic. No mocks.
+
+Its config, base directory, pid file, own log and stderr are under ``tmp_dir``: it runs in the
+foreground (``-f``), never reads ``/etc/collectd``, never writes ``/var/lib/collectd`` or ``/var/run``, opens
+no socket of its own, never talks to systemd or upstart, and needs no root. The read plugins (``cpu``,
+``memory``, ...) report the host they run on. What each ``Format`` writes, with captured messages:
+tests/fixtures/agents/SOURCES.md.
+"""
+
+from __future__ import annotations
+
+import ctypes.util
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+# /usr/sbin is not on a non-root PATH on Debian.
+COLLECTD = shutil.which("collectd") or shutil.which("collectd", path="/usr/sbin:/sbin:/usr/local/sbin")
+# collectd-core only suggests librdkafka1, and write_kafka.so cannot load without it.
+INSTALL_HINT = "apt-get install collectd-core librdkafka1"
+
+
+def _prefixes() -> list[str]:
+    prefix = str(Path(COLLECTD).resolve().parents[1]) if COLLECTD else "/usr"
+    return list(dict.fromkeys((prefix, "/usr", "/usr/local", "/opt/collectd")))
+
+
+def _find(*relative: str) -> Path | None:
+    # Debian/Ubuntu: <prefix>/lib/collectd; Fedora/RHEL: lib64/collectd; source builds: /opt/collectd.
+    hits = [Path(p) / r for p in _prefixes() for r in relative if (Path(p) / r).is_file()]
+    return hits[0] if hits else None
+
+
+WRITE_KAFKA = _find("lib/collectd/write_kafka.so", "lib64/collectd/write_kafka.so")
+TYPES_DB = _find("share/collectd/types.db")
+RDKAFKA = ctypes.util.find_library("rdkafka")
+
+DEFAULT_PLUGINS = ("cpu", "memory", "load", "interface", "df", "disk")
+FORMATS = ("JSON", "Command", "Graphite")
+# librdkafka's linger (default 5 ms in librdkafka 2.x, 1 s before 1.5): collectd never flushes its producers
+# (rd_kafka_destroy at exit drops what is queued, "Producer terminating with N messages still in queue"),
+# so a short one loses less of the last interval at stop.
+DEFAULT_PROPERTIES = (("queue.buffering.max.ms", "10"),)
+START_TIMEOUT_S = 10.0
+STOP_TIMEOUT_S = 10.0  # read and write threads joined, then exit: well under a second when healthy
+_INIT_DONE = "Initialization complete, entering read-loop."
+# Not ours to touch: with -f collectd sends READY=1 to a NOTIFY_SOCKET, and SIGSTOPs itself when
+# UPSTART_JOB=collectd (upstart's "expect stop").
+_FOREIGN_ENV = frozenset({"NOTIFY_SOCKET", "UPSTART_JOB", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES"})
+
+
+def missing() -> str | None:
+    """Why a private collectd cannot run here (a ``pytest.skip`` reason), or None when it can."""
+    found = (("collectd", COLLECTD), ("write_kafka.so", WRITE_KAFKA), ("types.db", TYPES_DB))
+    absent = [name for name, path in (*found, ("librdkafka", RDKAFKA)) if not path]
+    return f"{', '.join(absent)} not found: {INSTALL_HINT}" if absent else None
+
+
+def _quote(value: str) -> str:
+    """A collectd config string: double quotes, with ``\\`` and ``"`` escaped."""
+    if "\n" in value:
+        raise ValueError(f"a collectd config string cannot hold a newline: {value!r}")
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+class Collectd:
+    """``collectd -f`` reading ``plugins`` every ``interval`` seconds and publishing each value list to
+    ``topic`` on ``bootstrap`` with ``write_kafka``, one Kafka message per value list, in ``format``:
+    ``JSON`` (``[{"values":[...],"dstypes":[...],"dsnames":[...],"time":...,"interval":...,"host":...,
+    "plugin":...,"plugin_instance":...,"type":...,"type_instance":...}]``), ``Command`` (``PUTVAL ...``) or
+    ``Graphite`` (one ``<metric> <value> <timestamp>\\r\\n`` line per data source).
+
+    ``hostname`` fixes the ``host`` field (default: gethostname(), no FQDN lookup). ``key`` is the Kafka key
+    of every message (``Key``): None gives each message a fresh random 8-hex-digit key, ``"Random"`` draws
+    one at start and keeps it. write_kafka partitions with its own hash of the key, not librdkafka's.
+    ``store_rates`` None keeps write_kafka's default: derive/counter values as per-second rates (``null`` for
+    a first sample) in JSON, raw in Graphite; Command is always raw. ``properties`` are librdkafka settings
+    for every topic. ``extra_config`` is appended to the config (``<Plugin cpu> ... </Plugin>`` blocks, say).
+    As a context manager: started, then stopped."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        tmp_dir: Path,
+        *,
+        interval: float = 1.0,
+        plugins: Sequence[str] = DEFAULT_PLUGINS,
+        hostname: str | None = None,
+        key: str | None = None,
+        store_rates: bool | None = None,
+        format: str = "JSON",
+        properties: Sequence[tuple[str, str]] = DEFAULT_PROPERTIES,
+        extra_config: str = "",
+    ) -> None:
+        if not interval > 0:
+            raise ValueError(f"interval must be positive, got {interval}")
+        if not plugins:
+            raise ValueError("no read plugin: collectd would never write to Kafka")
+        if format not in FORMATS:
+            raise ValueError(f"format must be one of {FORMATS}, got {format!r}")
+        self.topic = topic
+        d = self.dir = Path(tmp_dir).resolve()
+        self.conf, self.pid_file, self.base_dir = d / "collectd.conf", d / "collectd.pid", d / "base"
+        self.stderr_path, self.own_log = d / "collectd.stderr", d / "collectd.log"
+        topic_options = [f"Format {format}"]
+        if key is not None:
+            topic_options.append(f"Key {_quote(key)}")
+        if store_rates is not None:
+            topic_options.append(f"StoreRates {'true' if store_rates else 'false'}")
+        props = [("metadata.broker.list", bootstrap), *properties]
+        # The logfile plugin first, so that it also gets the other plugins' config-time complaints.
+        # FQDNLookup false: no getaddrinfo() on the host name, which can hang where DNS is unreachable.
+        self.config = "\n".join(
+            [
+                *([f"Hostname {_quote(hostname)}"] if hostname is not None else []),
+                "FQDNLookup false",
+                f"BaseDir {_quote(str(self.base_dir))}",
+                f"PIDFile {_quote(str(self.pid_file))}",
+                f"PluginDir {_quote(str(WRITE_KAFKA.parent if WRITE_KAFKA else '/usr/lib/collectd'))}",
+                f"TypesDB {_quote(str(TYPES_DB or '/usr/share/collectd/types.db'))}",
+                f"Interval {interval:g}",
+                "LoadPlugin logfile",
+                "<Plugin logfile>",
+                "  LogLevel info",
+                f"  File {_quote(str(self.own_log))}",
+                "  Timestamp true",
+                "  PrintSeverity true",
+                "</Plugin>",
+                *(f"LoadPlugin {name}" for name in plugins),
+                "LoadPlugin write_kafka",
+                "<Plugin write_kafka>",
+                *(f"  Property {_quote(k)} {_quote(v)}" for k, v in props),
+                f"  <Topic {_quote(topic)}>",
+                *(f"    {option}" for option in topic_options),
+                "  </Topic>",
+                "</Plugin>",
+                extra_config,
+                "",
+            ]
+        )
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        """Write the config, run ``collectd -t`` on it, start ``collectd -f`` and return once write_kafka has
+        made its producer for ``topic``, which it does on the first value list it is given (the first read,
+        right after start): that message is handed to librdkafka, not yet delivered. RuntimeError with
+        collectd's words if the config is rejected, collectd exits or logs an error or a Kafka complaint
+        while starting, or is not writing within ``START_TIMEOUT_S``."""
+        if reason := missing():
+            raise RuntimeError(reason)
+        assert COLLECTD
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.conf.write_text(self.config)
+        self.own_log.unlink(missing_ok=True)  # a stale one would pass the readiness check
+        env = {k: v for k, v in os.environ.items() if k not in _FOREIGN_ENV}
+        argv = [COLLECTD, "-C", str(self.conf), "-P", str(self.pid_file)]
+        # collectd 5.8-5.12's -t parses nothing and exits 0 (collectd#3216, fixed by #3793): kept for the
+        # versions where it works. Everywhere a config that does not parse, or names a plugin that is not
+        # there, makes -f exit 1 ("Error: Parsing the config file failed!"), which the wait below reports.
+        check = subprocess.run(
+            [*argv, "-t"], env=env, capture_output=True, text=True, timeout=30, check=False
+        )
+        if check.returncode != 0:
+            raise RuntimeError(f"collectd -t rejects {self.conf}:\n{check.stderr}{check.stdout}")
+        with self.stderr_path.open("wb") as err:  # a file, not a pipe that fills up unread
+            self.proc = subprocess.Popen(
+                [*argv, "-f"], env=env, stdin=subprocess.DEVNULL, stdout=err, stderr=err
+            )
+        ready = re.compile(rf"write_kafka plugin: handle created for topic : {re.escape(self.topic)}$", re.M)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            log = self.own_log.read_text(errors="replace") if self.own_log.exists() else ""
+            complaints = self._complaints(log)
+            if complaints or self.proc.poll() is not None or time.monotonic() > deadline:
+                code = self.stop()
+                why = f"complains: {complaints}" if complaints else f"is not writing to {self.topic}"
+                raise RuntimeError(f"collectd {why} (exit {code}):\n{self.diagnostics()}")
+            if ready.search(log):
+                return
+            time.sleep(0.02)
+
+    @staticmethod
+    def _complaints(log: str) -> list[str]:
+        # Until the read loop starts: errors, and warnings about write_kafka's config (an unknown option, a
+        # bad Format or Property), which collectd only logs and runs on, maybe without the topic's writer.
+        # librdkafka's own warnings (a broker down, say) come later, with "[thrd:".
+        starting = log.split(_INIT_DONE, 1)[0]
+        return [
+            line
+            for line in starting.splitlines()
+            if "] [error] " in line or ("] [warning] " in line and "kafka" in line.lower())
+        ]
+
+    @property
+    def pid(self) -> int | None:
+        """collectd's PID while it runs (with -f it writes no pid file), else None."""
+        return self.proc.pid if self.proc is not None and self.proc.poll() is None else None
+
+    def stop(self) -> int:
+        """SIGTERM, SIGKILL after ``STOP_TIMEOUT_S``; return the exit code (0 after a clean SIGTERM).
+        Values still queued in librdkafka (the last interval's, often) are dropped: collectd never flushes.
+        Idempotent; 0 if never started."""
+        if self.proc is None:
+            return 0
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait()
+
+    def diagnostics(self) -> str:
+        """collectd's stderr and its own log, for failure messages."""
+        files = [p for p in (self.stderr_path, self.own_log) if p.exists()]
+        return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')}" for p in files)
+
+    def __enter__(self) -> Collectd:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
