@@ -11,14 +11,14 @@ tests/fixtures/agents/SOURCES.md.
 from __future__ import annotations
 
 import ctypes.util
-import os
 import re
 import shutil
-import signal
 import subprocess
 import time
 from collections.abc import Sequence
 from pathlib import Path
+
+from tests.support.daemon import Daemon, clean_env
 
 # /usr/sbin is not on a non-root PATH on Debian.
 COLLECTD = shutil.which("collectd") or shutil.which("collectd", path="/usr/sbin:/sbin:/usr/local/sbin")
@@ -46,11 +46,11 @@ FORMATS = ("JSON", "Command", "Graphite")
 # librdkafka settings beyond metadata.broker.list: none, librdkafka's defaults are what users run.
 DEFAULT_PROPERTIES: tuple[tuple[str, str], ...] = ()
 START_TIMEOUT_S = 10.0
-STOP_TIMEOUT_S = 10.0  # read and write threads joined, then exit: well under a second when healthy
+# Read and write threads joined, then exit: well under a second when healthy. collectd never flushes its
+# producers, so values still queued in librdkafka at the stop are dropped ("Producer terminating with N
+# messages still in queue" in its log): count what arrived.
+STOP_TIMEOUT_S = 10.0
 _INIT_DONE = "Initialization complete, entering read-loop."
-# Not ours to touch: with -f collectd sends READY=1 to a NOTIFY_SOCKET, and SIGSTOPs itself when
-# UPSTART_JOB=collectd (upstart's "expect stop").
-_FOREIGN_ENV = frozenset({"NOTIFY_SOCKET", "UPSTART_JOB", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES"})
 
 
 def missing() -> str | None:
@@ -67,7 +67,7 @@ def _quote(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-class Collectd:
+class Collectd(Daemon):
     """``collectd -f`` reading ``plugins`` every ``interval`` seconds and publishing each value list to
     ``topic`` on ``bootstrap`` with ``write_kafka``, one Kafka message per value list, in ``format``:
     ``JSON`` (``[{"values":[...],"dstypes":[...],"dsnames":[...],"time":...,"interval":...,"host":...,
@@ -106,7 +106,7 @@ class Collectd:
         self.topic = topic
         d = self.dir = Path(tmp_dir).resolve()
         self.conf, self.pid_file, self.base_dir = d / "collectd.conf", d / "collectd.pid", d / "base"
-        self.stderr_path, self.own_log = d / "collectd.stderr", d / "collectd.log"
+        super().__init__(d / "collectd.stderr", d / "collectd.log", STOP_TIMEOUT_S)
         topic_options = [f"Format {format}"]
         if key is not None:
             topic_options.append(f"Key {_quote(key)}")
@@ -143,7 +143,6 @@ class Collectd:
                 "",
             ]
         )
-        self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
         """Write the config, run ``collectd -t`` on it, start ``collectd -f`` and return once write_kafka has
@@ -157,26 +156,22 @@ class Collectd:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.conf.write_text(self.config)
         self.own_log.unlink(missing_ok=True)  # a stale one would pass the readiness check
-        env = {k: v for k, v in os.environ.items() if k not in _FOREIGN_ENV}
         argv = [COLLECTD, "-C", str(self.conf), "-P", str(self.pid_file)]
         # collectd 5.8-5.12's -t parses nothing and exits 0 (collectd#3216, fixed by #3793): kept for the
         # versions where it works. Everywhere a config that does not parse, or names a plugin that is not
         # there, makes -f exit 1 ("Error: Parsing the config file failed!"), which the wait below reports.
         check = subprocess.run(
-            [*argv, "-t"], env=env, capture_output=True, text=True, timeout=30, check=False
+            [*argv, "-t"], env=clean_env(), capture_output=True, text=True, timeout=30, check=False
         )
         if check.returncode != 0:
             raise RuntimeError(f"collectd -t rejects {self.conf}:\n{check.stderr}{check.stdout}")
-        with self.stderr_path.open("wb") as err:  # a file, not a pipe that fills up unread
-            self.proc = subprocess.Popen(
-                [*argv, "-f"], env=env, stdin=subprocess.DEVNULL, stdout=err, stderr=err
-            )
+        proc = self.spawn([*argv, "-f"])
         ready = re.compile(rf"write_kafka plugin: handle created for topic : {re.escape(self.topic)}$", re.M)
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:
             log = self.own_log.read_text(errors="replace") if self.own_log.exists() else ""
             complaints = self._complaints(log)
-            if complaints or self.proc.poll() is not None or time.monotonic() > deadline:
+            if complaints or proc.poll() is not None or time.monotonic() > deadline:
                 code = self.stop()
                 why = f"complains: {complaints}" if complaints else f"is not writing to {self.topic}"
                 raise RuntimeError(f"collectd {why} (exit {code}):\n{self.diagnostics()}")
@@ -195,35 +190,3 @@ class Collectd:
             for line in starting.splitlines()
             if "] [error] " in line or ("] [warning] " in line and "kafka" in line.lower())
         ]
-
-    @property
-    def pid(self) -> int | None:
-        """collectd's PID while it runs (with -f it writes no pid file), else None."""
-        return self.proc.pid if self.proc is not None and self.proc.poll() is None else None
-
-    def stop(self) -> int:
-        """SIGTERM, SIGKILL after ``STOP_TIMEOUT_S``; return the exit code (0 after a clean SIGTERM).
-        Values still queued in librdkafka are dropped, which is all of the last interval's when the signal
-        comes just after a read: collectd never flushes its producers ("Producer terminating with N messages
-        still in queue" in its log). Count what arrived. Idempotent; 0 if never started."""
-        if self.proc is None:
-            return 0
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout=STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            return self.proc.wait()
-
-    def diagnostics(self) -> str:
-        """collectd's stderr and its own log, for failure messages."""
-        files = [p for p in (self.stderr_path, self.own_log) if p.exists()]
-        return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')}" for p in files)
-
-    def __enter__(self) -> Collectd:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()

@@ -8,13 +8,13 @@ talks to systemd, and needs no root. What each template writes: docs/FORMATS.md.
 from __future__ import annotations
 
 import glob
-import os
 import shutil
-import signal
 import subprocess
 import time
 from collections.abc import Sequence
 from pathlib import Path
+
+from tests.support.daemon import Daemon, clean_env
 
 # /usr/sbin is not on a non-root PATH on Debian.
 RSYSLOGD = shutil.which("rsyslogd") or shutil.which("rsyslogd", path="/usr/sbin:/sbin:/usr/local/sbin")
@@ -53,7 +53,6 @@ DEFAULT_CONF_PARAMS = ("queue.buffering.max.ms=10", "enable.idempotence=true")
 MAX_MESSAGE_BYTES = 64 * 1024  # logger splits longer lines (default 1 KiB); rsyslog truncates (default 8 KiB)
 START_TIMEOUT_S = 10.0
 STOP_TIMEOUT_S = 15.0  # omkafka gives unsent messages closeTimeout (1 s), then rsyslogd exits
-_SYSTEMD_ENV = frozenset({"NOTIFY_SOCKET", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES"})
 
 
 def missing() -> str | None:
@@ -64,7 +63,7 @@ def missing() -> str | None:
     return f"{', '.join(absent)} not found: {INSTALL_HINT}" if absent else None
 
 
-class Rsyslog:
+class Rsyslog(Daemon):
     """``rsyslogd -n`` publishing every message its socket receives to ``topic`` on ``bootstrap``, with
     ``template``: None is omkafka's default (``RSYSLOG_FileFormat``), a name one defined in the config (an
     ``RSYSLOG_*`` built-in, ``JSON_TEMPLATE``, or one in ``extra_config``). ``hostname`` fixes the
@@ -86,7 +85,7 @@ class Rsyslog:
     ) -> None:
         d = self.dir = Path(tmp_dir).resolve()
         self.socket, self.conf, self.pid_file = d / "log.sock", d / "rsyslog.conf", d / "rsyslogd.pid"
-        self.stderr_path, self.own_log = d / "rsyslogd.stderr", d / "rsyslogd.log"
+        super().__init__(d / "rsyslogd.stderr", d / "rsyslogd.log", STOP_TIMEOUT_S)
         params = ", ".join(f'"{p}"' for p in conf_params)
         # maxMessageSize before any input; rsyslogd's own messages would otherwise go to syslog(3), /dev/log.
         # Only the socket's messages reach Kafka: its own (start, exit, omkafka errors) go to own_log.
@@ -104,7 +103,6 @@ ruleset(name="to_kafka") {{
 input(type="imuxsock" Socket="{self.socket}" ruleset="to_kafka")
 action(type="omfile" file="{self.own_log}")
 """
-        self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
         """Validate the config (``-N1``), start rsyslogd and return once its socket exists. RuntimeError
@@ -115,40 +113,23 @@ action(type="omfile" file="{self.own_log}")
         (self.dir / "work").mkdir(parents=True, exist_ok=True)
         self.conf.write_text(self.config)
         self.socket.unlink(missing_ok=True)  # a stale one would pass the readiness check
-        # rsyslogd would send READY=1 to a NOTIFY_SOCKET and adopt LISTEN_FDS: not ours to touch.
-        env = {k: v for k, v in os.environ.items() if k not in _SYSTEMD_ENV}
         # -M: load the modules from where omkafka was found, so the check and the load agree.
         argv = [RSYSLOGD, "-f", str(self.conf), "-M", str(OMKAFKA.parent)]
         # A bad action (say, an unknown template) is only disabled, and rsyslogd runs on: validate first.
         check = subprocess.run(
-            [*argv, "-N1"], env=env, capture_output=True, text=True, timeout=30, check=False
+            [*argv, "-N1"], env=clean_env(), capture_output=True, text=True, timeout=30, check=False
         )
         if check.returncode != 0:
             raise RuntimeError(f"rsyslogd -N1 rejects {self.conf}:\n{check.stderr}{check.stdout}")
-        with self.stderr_path.open("wb") as err:  # a file, not a pipe that fills up unread
-            argv += ["-n", "-i", str(self.pid_file)]
-            self.proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=err, stderr=err)
+        proc = self.spawn([*argv, "-n", "-i", str(self.pid_file)])
         deadline = time.monotonic() + START_TIMEOUT_S
         while not self.socket.exists():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
+            if proc.poll() is not None or time.monotonic() > deadline:
                 code = self.stop()
                 raise RuntimeError(
                     f"rsyslogd did not open {self.socket} (exit {code}):\n{self.diagnostics()}"
                 )
             time.sleep(0.02)
-
-    def stop(self) -> int:
-        """SIGTERM (rsyslogd then flushes to Kafka), SIGKILL after ``STOP_TIMEOUT_S``; return the exit code
-        (0 after a clean SIGTERM). Idempotent; 0 if never started."""
-        if self.proc is None:
-            return 0
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout=STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            return self.proc.wait()
 
     def send(
         self, lines: Sequence[str], tag: str = "app", priority: str = "user.info", pid: int | None = None
@@ -163,15 +144,3 @@ action(type="omfile" file="{self.own_log}")
         argv += ["--socket-errors=on", *([f"--id={pid}"] if pid is not None else [])]
         data = "".join(line + "\n" for line in lines).encode()
         subprocess.run(argv, input=data, check=True, capture_output=True, timeout=60)
-
-    def diagnostics(self) -> str:
-        """rsyslogd's stderr and its own log, for failure messages."""
-        files = [p for p in (self.stderr_path, self.own_log) if p.exists()]
-        return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')}" for p in files)
-
-    def __enter__(self) -> Rsyslog:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
