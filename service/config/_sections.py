@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import Field, ValidationInfo, field_validator
 
 from service.config._base import TOPIC_RULE, CsvList, Section, TopicName, legal_topic, not_below, split_list
-from service.formats.paths import PathError, parse_path
+from service.formats.paths import parse_paths
 
 _PROVIDER_ALIASES = {
     "cuda": "CUDAExecutionProvider",
@@ -173,11 +173,7 @@ class ModelSettings(Section):
 
 
 def _valid_paths(paths: list[str]) -> list[str]:
-    for number, text in enumerate(paths, 1):
-        try:
-            parse_path(text)
-        except PathError as exc:
-            raise ValueError(f"entry {number} {exc}" if len(paths) > 1 else str(exc)) from None
+    parse_paths(paths)  # PathError is a ValueError: pydantic reports it against the setting
     return paths
 
 

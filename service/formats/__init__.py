@@ -10,8 +10,18 @@ from __future__ import annotations
 from service.formats.base import Entry, Fields, Format
 from service.formats.paths import MISSING, PathError, Picker, lookup, parse_path
 
-__all__ = ["FORMATS", "MISSING", "Entry", "Fields", "Format", "PathError", "Picker", "load_format", "lookup"]
-__all__ += ["parse_path"]
+__all__ = [
+    "FORMATS",
+    "MISSING",
+    "Entry",
+    "Fields",
+    "Format",
+    "PathError",
+    "Picker",
+    "load_format",
+    "lookup",
+    "parse_path",
+]
 
 FORMATS = ("json", "text", "syslog", "otlp-proto", "otlp-json")
 

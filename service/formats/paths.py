@@ -9,7 +9,7 @@ names an entry: ``resource.service.name`` finds ``{"resource": {"service.name": 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 
@@ -50,6 +50,18 @@ def parse_path(text: str) -> tuple[str, ...]:
     return tuple(keys)
 
 
+def parse_paths(texts: Sequence[str]) -> list[tuple[str, tuple[str, ...]]]:
+    """``(text, path)`` for each of ``texts``; PathError naming the entry (``entry 2 has an empty key``)
+    when there are several."""
+    paths = []
+    for number, text in enumerate(texts, 1):
+        try:
+            paths.append((text, parse_path(text)))
+        except PathError as exc:
+            raise PathError(f"entry {number} {exc}" if len(texts) > 1 else str(exc)) from None
+    return paths
+
+
 def is_flat(path: tuple[str, ...]) -> bool:
     """One key: the JSON fast path can decode it with a typed decoder."""
     return len(path) == 1
@@ -76,7 +88,7 @@ class Picker:
     keyed by the paths as written; paths that name nothing are left out."""
 
     def __init__(self, paths: list[str]) -> None:
-        self._paths = [(text, parse_path(text)) for text in paths]
+        self._paths = parse_paths(paths)
 
     def __bool__(self) -> bool:
         return bool(self._paths)

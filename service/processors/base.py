@@ -12,7 +12,8 @@ import numpy as np
 
 from service.config import ModelSettings, env_name
 from service.errors import BatchMismatchError, ConfigError, InvalidMessage, Reason
-from service.formats import MISSING, Fields, PathError, lookup, parse_path
+from service.formats import MISSING, Fields, PathError, lookup
+from service.formats.paths import parse_paths
 
 Tensors = dict[str, np.ndarray]
 Result = dict[str, Any]
@@ -88,13 +89,10 @@ def prepare(processor: Processor, items: list[Any]) -> list[Any]:
 
 def field_paths(setting: str, texts: Sequence[str]) -> list[tuple[str, tuple[str, ...]]]:
     """``(text, path)`` for each field path of a setting; ConfigError naming ``setting`` for a bad one."""
-    paths = []
-    for number, text in enumerate(texts, 1):
-        try:
-            paths.append((text, parse_path(text)))
-        except PathError as exc:
-            raise ConfigError(setting, f"entry {number} {exc}") from None
-    return paths
+    try:
+        return parse_paths(texts)
+    except PathError as exc:
+        raise ConfigError(setting, str(exc)) from None
 
 
 def required_field(fields: Fields, text: str, path: tuple[str, ...]) -> Any:

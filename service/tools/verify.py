@@ -189,14 +189,16 @@ def verify(
     for partition, offsets in inputs.items():
         report = reports[partition]
         for offset, items in offsets:
-            whole = answers.get((partition, offset, None), 0)
-            keys = [(partition, offset, i) for i in range(items)] if fans_out and not whole else []
-            counts = [answers.get(k, 0) for k in keys]
-            lost = counts.count(0) if keys else (0 if whole or items == 0 else 1)
+            whole = answers.get((partition, offset, None), 0)  # answers without an index
+            if whole or not fans_out:
+                lost, duplicates = (0 if whole else 1), max(whole - 1, 0)
+            else:  # one answer due per item (none for a request without records)
+                counts = [answers.get((partition, offset, i), 0) for i in range(items)]
+                lost, duplicates = counts.count(0), sum(max(n - 1, 0) for n in counts)
             report.lost += lost
+            report.duplicates += duplicates
             if lost and len(report.lost_offsets) < 20:
                 report.lost_offsets.append(offset)
-            report.duplicates += max(whole - 1, 0) + sum(max(n - 1, 0) for n in counts)
     return VerifyReport(input_topic, [reports[p] for p in sorted(reports)])
 
 
