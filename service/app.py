@@ -16,9 +16,11 @@ from collections.abc import Callable
 import structlog
 from confluent_kafka import KafkaException
 
-from service.config import KafkaSettings, Settings, check_run_settings, redact
-from service.engine import blamed_setting, load_model, warm_up
+from service.assemble import Assembler, rules_for
+from service.config import AssembleSettings, KafkaSettings, Settings, check_run_settings, redact
+from service.engine import RowPlan, blamed_setting, load_model, warm_up
 from service.errors import EXIT_OK, ConfigError, UnknownTopicError
+from service.flow.assembly import Assembly
 from service.flow.backlog import Backlog
 from service.flow.backpressure import BackPressure
 from service.flow.batcher import Batcher
@@ -30,9 +32,9 @@ from service.flow.inflight import executor_for
 from service.flow.outputs import Outputs
 from service.flow.pipeline import Pipeline
 from service.flow.ports import EngineLike, ExecutorLike, SinkLike, SourceLike, TelemetryLike
-from service.flow.records import Decoded
+from service.flow.records import Decoded, InputRecord
 from service.flow.sizing import BatchSizeController, FixedBatchSize, Sizing
-from service.formats import Picker, load_format
+from service.formats import Picker, load_format, parse_path
 from service.kafka import Sink, Source
 from service.observability import Health, Metrics, MetricsServer, Telemetry
 from service.processors import Processor
@@ -59,8 +61,10 @@ def build_pipeline(
     clock: Callable[[], float] = time.monotonic,
     wall_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
     executor: ExecutorLike | None = None,
+    rows: RowPlan | None = None,
 ) -> Pipeline:
-    """The loop and its parts, wired from ``settings``."""
+    """The loop and its parts, wired from ``settings``; with ``rows``, items are rows assembled from the
+    input's data points."""
     batch = settings.batch
     controller: BatchSizeController | FixedBatchSize = (
         BatchSizeController(
@@ -90,17 +94,26 @@ def build_pipeline(
     checkpoint = Checkpoint(
         source, sink, outputs.replace_refused, settings.output.flush_timeout_s, telemetry, clock
     )
+    decoder: Decoder | Assembly
+    if rows is None:
+        fmt = load_format(settings.input.format)
+        decoder = Decoder(
+            fmt, processor, settings.input.max_value_bytes, Picker(settings.output.include_fields)
+        )
+    else:
+        decoder = Assembly(
+            load_format(settings.input.format, metrics=True),
+            processor.parse_fields,  # type: ignore[attr-defined]  # plan_rows checked it is there
+            assembler(settings.assemble, rows, clock),
+            settings.input.max_value_bytes,
+            telemetry,
+        )
     return Pipeline(
         source,
         sink,
         topics=settings.input.topics,
         idle_poll_s=settings.input.idle_poll_ms / 1000,
-        decoder=Decoder(
-            load_format(settings.input.format),
-            processor,
-            settings.input.max_value_bytes,
-            Picker(settings.output.include_fields),
-        ),
+        decoder=decoder,
         batcher=batcher,
         inference=inference,
         outputs=outputs,
@@ -109,6 +122,21 @@ def build_pipeline(
         sizing=Sizing(controller, clock),
         backlog=Backlog(source, clock),
         telemetry=telemetry,
+    )
+
+
+def assembler(conf: AssembleSettings, rows: RowPlan, clock: Callable[[], float]) -> Assembler[InputRecord]:
+    """The row assembler for the model's features, from ``MICROBATCH_ASSEMBLE__*``."""
+    return Assembler(
+        rules_for(rows.features),
+        rows.required,
+        key=parse_path(conf.key),
+        interval_s=conf.interval_s,
+        max_wait_s=conf.max_wait_s,
+        grace_s=conf.grace_ms / 1000,
+        fill=conf.fill,
+        typical=rows.typical,
+        clock=clock,
     )
 
 
@@ -147,7 +175,9 @@ def run_service(settings: Settings) -> int:
             source.close()
             return EXIT_OK
         telemetry = Telemetry(metrics, health, settings.log.stats_interval_s)
-        pipeline = build_pipeline(settings, source, sink, model.engine, model.processor, model.ref, telemetry)
+        pipeline = build_pipeline(
+            settings, source, sink, model.engine, model.processor, model.ref, telemetry, rows=model.rows
+        )
         if stopping.is_set():  # a signal between the check and the assignment above
             pipeline.stop()
         _log.info(

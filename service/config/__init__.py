@@ -20,6 +20,7 @@ from service.config._load import load_settings
 from service.config._root import Settings, sections
 from service.config._run import check_run_settings, require_topics
 from service.config._sections import (
+    AssembleSettings,
     BatchSettings,
     DlqSettings,
     InputSettings,
@@ -33,6 +34,7 @@ __all__ = [
     "ENV_DELIMITER",
     "ENV_PREFIX",
     "GUARANTEE_KEYS",
+    "AssembleSettings",
     "BatchSettings",
     "DlqSettings",
     "InputSettings",

@@ -9,6 +9,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from service.config._base import ENV_DELIMITER, ENV_PREFIX, Section
 from service.config._kafka import KafkaSettings
 from service.config._sections import (
+    AssembleSettings,
     BatchSettings,
     DlqSettings,
     InputSettings,
@@ -39,6 +40,7 @@ class Settings(BaseSettings):
     dlq: DlqSettings = Field(default_factory=DlqSettings)
     batch: BatchSettings = Field(default_factory=BatchSettings)
     model: ModelSettings = Field(default_factory=ModelSettings)
+    assemble: AssembleSettings = Field(default_factory=AssembleSettings)
     log: LogSettings = Field(default_factory=LogSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
 

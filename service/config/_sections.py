@@ -19,7 +19,9 @@ _PROVIDER_ALIASES = {
 }
 
 
-InputFormat = Literal["json", "text", "syslog", "otlp-proto", "otlp-json"]
+InputFormat = Literal[
+    "json", "text", "syslog", "otlp-proto", "otlp-json", "collectd-json", "influx", "telegraf-json"
+]
 
 
 class InputSettings(Section):
@@ -27,8 +29,9 @@ class InputSettings(Section):
 
     topics: CsvList = Field(default_factory=list)
     format: InputFormat = "json"
-    """How one message holds its items: a JSON object, a line of text, a syslog line, or an OTLP logs
-    request (one item per log record). See docs/FORMATS.md."""
+    """How one message holds its items: a JSON object, a line of text, a syslog line, an OTLP request
+    (one item per log record, or per data point when rows are assembled), or an agent's metrics (one item
+    per data point: collectd, Telegraf). See docs/FORMATS.md."""
     max_value_bytes: int = Field(1_048_576, ge=1)
     """Larger values go to the dead-letter topic as ``value_too_large``."""
     idle_poll_ms: int = Field(100, ge=1, le=10_000)
@@ -175,6 +178,43 @@ class ModelSettings(Section):
 def _valid_paths(paths: list[str]) -> list[str]:
     parse_paths(paths)  # PathError is a ValueError: pydantic reports it against the setting
     return paths
+
+
+class AssembleSettings(Section):
+    """Row assembly: many agents' data points -> one row per key (host) and interval, scored as one item.
+
+    On when ``enabled`` says so, or (unset) when the model's ``microbatch.assemble`` metadata asks for it
+    (``host-anomaly``). ``required`` and ``optional`` default to the model's ``microbatch.required`` and
+    the rest of its features. See docs/RELIABILITY.md for what a row's delivery means.
+    """
+
+    enabled: bool | None = None
+    key: str = "host"
+    """The point field (a path) whose value keys the rows; a point without one is keyed by its message's
+    Kafka key, and dead-lettered when that is null too."""
+    interval_s: float = Field(10.0, gt=0, le=86_400)
+    """The agents' collection interval: a point belongs to the row of the interval nearest its time."""
+    max_wait_s: float = Field(15.0, gt=0, le=3_600)
+    """How long a row may wait for its features, from its first point: then it is scored if it has the
+    required ones (the optional ones filled), or closed incomplete (counted and logged)."""
+    grace_ms: float = Field(200.0, ge=0, le=60_000)
+    """A complete row still waits this long for the rest of its agent's burst (a second interface, the
+    other CPUs) before it is scored."""
+    required: CsvList | None = None
+    optional: CsvList | None = None
+    fill: Literal["last", "typical", "zero"] = "last"
+    """A missing optional feature: the host's last value (else the model's typical one), the model's
+    typical value (``microbatch.typical``), or 0."""
+
+    @field_validator("required", "optional", mode="before")
+    @classmethod
+    def _split(cls, value: object) -> object:
+        return split_list(value)
+
+    @field_validator("key")
+    @classmethod
+    def _key_path(cls, value: str) -> str:
+        return _valid_paths([value])[0]
 
 
 class LogSettings(Section):

@@ -3,13 +3,14 @@
 Only this package imports onnxruntime.
 """
 
-from service.engine.model import Model, blamed_setting, load_model, warm_up
+from service.engine.model import Model, RowPlan, blamed_setting, load_model, warm_up
 from service.engine.providers import choose_providers, cuda_device_count
 from service.engine.session import Engine
 
 __all__ = [
     "Engine",
     "Model",
+    "RowPlan",
     "blamed_setting",
     "choose_providers",
     "cuda_device_count",

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from service.config import ModelSettings, Settings
+import msgspec
+
+from service.config import AssembleSettings, ModelSettings, Settings
 from service.engine.session import Engine
 from service.errors import ConfigError
 from service.flow.decode import takes_format
 from service.flow.encode import ModelRef
-from service.formats import load_format
+from service.formats import METRICS_FORMATS, load_format
 from service.models.reference import choose_model
 from service.processors import ModelInfo, Processor, load_processor, prepare
 
@@ -20,21 +22,41 @@ _PROCESSOR_FIELDS = ("features", "text_field", "tokenizer", "max_length", "label
 
 
 @dataclass(frozen=True, slots=True)
+class RowPlan:
+    """Rows to assemble for the model (``MICROBATCH_ASSEMBLE__*``): its features in its order, those a row
+    must have to be scored, and the typical values that may fill the others."""
+
+    features: tuple[str, ...]
+    required: tuple[str, ...]
+    typical: Mapping[str, float]
+
+
+@dataclass(frozen=True, slots=True)
 class Model:
-    """What ``run`` serves: ``engine`` runs batches, ``processor`` feeds it, ``ref`` labels results."""
+    """What ``run`` serves: ``engine`` runs batches, ``processor`` feeds it, ``ref`` labels results;
+    ``rows`` says how to assemble its items from agents' points (None: one item per message or record)."""
 
     engine: Engine
     processor: Processor
     ref: ModelRef
+    rows: RowPlan | None = None
 
 
 def load_model(settings: Settings) -> Model:
     """Load the configured model and its processor, for the configured input format. Raises ConfigError
     naming the setting at fault."""
     conf = settings.model
-    fmt = load_format(settings.input.format)
     choice = choose_model(conf)
     engine = Engine(choice.path, conf.providers, conf.intra_op_threads, conf.allow_spinning)
+    assembling = settings.assemble.enabled
+    if assembling is None:
+        assembling = engine.metadata.get("microbatch.assemble") is not None
+    fmt = load_format(settings.input.format, metrics=assembling)
+    if assembling and not fmt.metrics:
+        raise ConfigError(
+            settings.input.env("format"),
+            f"rows are assembled from agents' metrics ({', '.join(METRICS_FORMATS)}), not {fmt.name}",
+        )
     name = choice.name or engine.metadata.get("microbatch.name") or Path(choice.path).stem
     version = choice.version or engine.metadata.get("microbatch.version") or "unversioned"
     info = ModelInfo(
@@ -52,7 +74,64 @@ def load_model(settings: Settings) -> Model:
             settings.input.env("format"),
             f"the processor reads only json and text values (it has no parse_fields), not {fmt.name}",
         )
-    return Model(engine, processor, ModelRef(name, version, engine.provider))
+    rows = plan_rows(settings.assemble, processor, engine.metadata) if assembling else None
+    return Model(engine, processor, ModelRef(name, version, engine.provider), rows)
+
+
+def plan_rows(conf: AssembleSettings, processor: Processor, metadata: Mapping[str, str]) -> RowPlan:
+    """The rows for ``processor``'s features: required ones from the settings, else the model's
+    ``microbatch.required``, else all; optional ones from the settings, else the rest. Raises ConfigError
+    naming the setting at fault."""
+    features = getattr(processor, "features", None)
+    if not features or not hasattr(processor, "parse_fields"):
+        raise ConfigError(
+            ModelSettings.env("processor"), "assembled rows need a processor of named features ('features')"
+        )
+    typical = _typical(metadata)
+    required = list(conf.required if conf.required is not None else _listed(metadata, "microbatch.required"))
+    if not required and conf.required is None:
+        required = list(features)
+    _known(conf.env("required"), required, features)
+    rest = [f for f in features if f not in required]
+    if conf.optional is not None:
+        _known(conf.env("optional"), conf.optional, features)
+        left = [f for f in rest if f not in conf.optional]
+        if left:
+            raise ConfigError(conf.env("optional"), f"features neither required nor optional: {left}")
+        rest = list(conf.optional)
+    if conf.fill == "typical":
+        untypical = [f for f in rest if f not in typical]
+        if untypical:
+            raise ConfigError(conf.env("fill"), f"the model has no microbatch.typical value for {untypical}")
+    return RowPlan(tuple(features), tuple(required), typical)
+
+
+def _known(setting: str, names: Iterable[str], features: Iterable[str]) -> None:
+    unknown = sorted(set(names) - set(features))
+    if unknown:
+        raise ConfigError(setting, f"not features of the model: {unknown}")
+
+
+def _listed(metadata: Mapping[str, str], key: str) -> list[str]:
+    raw = metadata.get(key)
+    if raw is None:
+        return []
+    value = msgspec.json.decode(raw)
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(ModelSettings.env("path"), f"the model's {key} is not a list of feature names")
+    return value
+
+
+def _typical(metadata: Mapping[str, str]) -> dict[str, float]:
+    raw = metadata.get("microbatch.typical")
+    if raw is None:
+        return {}
+    value = msgspec.json.decode(raw)
+    if not isinstance(value, dict) or not all(isinstance(v, int | float) for v in value.values()):
+        raise ConfigError(
+            ModelSettings.env("path"), "the model's microbatch.typical is not an object of numbers"
+        )
+    return {str(k): float(v) for k, v in value.items()}
 
 
 def warm_up(model: Model, sizes: Iterable[int], setting: str) -> None:

@@ -7,14 +7,14 @@ with a typed decoder, with no intermediate fields.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from typing import Any
 
 import msgspec
 
 from service.errors import InvalidMessage, Reason
-from service.flow.records import Decoded, InputRecord, Rejection
+from service.flow.records import Decoded, InputRecord, Rejection, TopicPartition
 from service.formats import Entry, Format, Picker
 from service.formats.plain import parse_json
 from service.processors.base import Processor, prepare
@@ -37,6 +37,22 @@ def check(record: InputRecord, max_value_bytes: int) -> Rejection | None:
     if len(value) > max_value_bytes:
         return Rejection(record, Reason.VALUE_TOO_LARGE, f"{len(value)} bytes, limit is {max_value_bytes}")
     return None
+
+
+def split(
+    record: InputRecord, split: Callable[[bytes], list[Entry]], max_value_bytes: int
+) -> list[Entry] | Rejection:
+    """The generic checks, then the format's split of the value into its items. A format signals an
+    unreadable message with InvalidMessage; anything else it raises is a bug, contained here as well."""
+    rejection = check(record, max_value_bytes)
+    if rejection is not None:
+        return rejection
+    try:
+        return split(record.value or b"")
+    except InvalidMessage as exc:
+        return Rejection(record, exc.reason, exc.detail)
+    except Exception as exc:  # a format's bug must not take the service down either
+        return Rejection(record, Reason.INVALID_EVENT, f"format failed: {type(exc).__name__}: {exc}")
 
 
 def decode(record: InputRecord, parse: Parse, max_value_bytes: int) -> Decoded | Rejection:
@@ -139,24 +155,20 @@ class Decoder:
             rejected += unprepared
         return accepted, rejected, counts
 
+    def due(self) -> tuple[list[Decoded], list[Rejection], list[InputRecord]]:
+        """Nothing waits in a plain decoder (only assembled rows do, ``flow.assembly``): always empty."""
+        return [], [], []
+
+    def discard(self, tps: Iterable[TopicPartition]) -> None:
+        """Nothing waits in a plain decoder: nothing to give up."""
+
     def _items(
         self, record: InputRecord, accepted: list[Decoded], rejected: list[Rejection], counts: Counts
     ) -> None:
         """Split one message and parse each of its items; a bad item is rejected alone."""
-        rejection = check(record, self._limit)
-        if rejection is not None:
-            rejected.append(rejection)
-            return
-        entries: list[Entry]
-        try:
-            entries = self._split(record.value or b"")
-        except InvalidMessage as exc:
-            rejected.append(Rejection(record, exc.reason, exc.detail))
-            return
-        except Exception as exc:  # a format's bug must not take the service down either
-            rejected.append(
-                Rejection(record, Reason.INVALID_EVENT, f"format failed: {type(exc).__name__}: {exc}")
-            )
+        entries = split(record, self._split, self._limit)
+        if isinstance(entries, Rejection):
+            rejected.append(entries)
             return
         if len(entries) != 1:
             counts.append((record, len(entries)))

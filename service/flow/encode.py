@@ -1,4 +1,4 @@
-"""The two record formats the service writes: results and dead letters. Pure."""
+"""The record formats the service writes: results (of items, and of assembled rows) and dead letters. Pure."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from typing import Any
 
 import msgspec
 
+from service.assemble import Closed
 from service.errors import Reason
 from service.flow.records import Headers, InputRecord, OutRecord, Rejection
 
@@ -70,6 +71,61 @@ def result_record(
     return OutRecord(topic, record.key, _ENCODER.encode(value), record.headers, record, index)
 
 
+class _Inputs(msgspec.Struct, gc=False):
+    count: int
+    offsets: dict[str, list[int]]  # "topic[partition]" -> the offsets of the messages that fed it, ascending
+
+
+class _Row(msgspec.Struct, gc=False):
+    key: str
+    time_ms: int  # the interval's nominal time
+    interval_s: float
+    features: dict[str, float]
+    filled: list[str]
+    inputs: _Inputs
+
+
+class _RowResult(msgspec.Struct, gc=False):
+    source: _Source  # the row's first message
+    row: _Row
+    model: ModelRef
+    result: dict[str, Any]
+    batch_size: int
+    timestamps: _Timestamps
+
+
+def row_record(
+    row: Closed[InputRecord],
+    topic: str,
+    model: ModelRef,
+    result: dict[str, Any],
+    batch_size: int,
+    consumed_ms: int,
+    produced_ms: int,
+) -> OutRecord:
+    """The one result of an assembled row: keyed by the row's key (the host), no headers (the row has many
+    inputs), the row's features, what was filled and which messages fed it; its delivery answers all of
+    them. Raises TypeError or ValueError when ``result`` holds something JSON cannot encode."""
+    first = row.sources[0]
+    offsets: dict[str, list[int]] = {}
+    for record in row.sources:
+        offsets.setdefault(f"{record.topic}[{record.partition}]", []).append(record.offset)
+    for listed in offsets.values():
+        listed.sort()
+    time_ms = round(row.time * 1000)
+    value = _RowResult(
+        _Source(first.topic, first.partition, first.offset),
+        _Row(
+            row.key, time_ms, row.interval_s, row.values, list(row.filled), _Inputs(len(row.sources), offsets)
+        ),
+        model,
+        result,
+        batch_size,
+        _Timestamps(time_ms, consumed_ms, produced_ms),
+    )
+    return OutRecord(topic, row.key.encode(), _ENCODER.encode(value), None, first, None, row.sources[1:])
+
+
 def dead_letter(rejection: Rejection, topic: str) -> OutRecord:
     """The original key and bytes, unchanged (a null value stays null); why and where from in the
     ``error.*`` and ``source.*`` headers, after the input's own headers. The dead letter of one item of a
@@ -96,8 +152,10 @@ def replace_refused(out: OutRecord, why: str, dlq_topic: str) -> OutRecord | Non
     None when there is nothing smaller left to try (the caller keeps the offset uncommitted).
     """
     if out.topic != dlq_topic:
-        return dead_letter(Rejection(out.source, Reason.OUTPUT_REJECTED, why, out.index), dlq_topic)
+        dead = dead_letter(Rejection(out.source, Reason.OUTPUT_REJECTED, why, out.index), dlq_topic)
+        # A row's result answers every message that fed it; so must what replaces it.
+        return msgspec.structs.replace(dead, also=out.also) if out.also else dead
     if out.value is None:
         return None
     headers: Headers = [*(out.headers or []), ("error.value_dropped", str(len(out.value)).encode())]
-    return OutRecord(out.topic, out.key, None, headers, out.source, out.index)
+    return OutRecord(out.topic, out.key, None, headers, out.source, out.index, out.also)

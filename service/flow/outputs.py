@@ -1,7 +1,8 @@
 """Outputs: what the service produces, handed to the sink.
 
 This class is responsible for: one output record per item of a finished batch (its result, or a dead
-letter when the item failed or its result cannot be encoded), in batch order; a dead letter for every
+letter when the item failed or its result cannot be encoded; an assembled row that fails gets one per
+message that fed it), in batch order; a dead letter for every
 message rejected before batching; and what to send instead of a record the broker refused for good.
 """
 
@@ -13,10 +14,11 @@ import numpy as np
 import structlog
 
 from service.errors import InvalidMessage, Reason
-from service.flow.encode import ModelRef, dead_letter, replace_refused, result_record
+from service.flow.assembly import dead_letters
+from service.flow.encode import ModelRef, dead_letter, replace_refused, result_record, row_record
 from service.flow.inference import Finished
 from service.flow.ports import SinkLike, TelemetryLike
-from service.flow.records import Rejection
+from service.flow.records import Decoded, Rejection
 
 _log = structlog.get_logger("microbatch.outputs")
 
@@ -51,17 +53,18 @@ class Outputs:
         for item, result in done.answers:  # per message: keep it lean
             record = item.record
             if isinstance(result, InvalidMessage):
-                self.reject(Rejection(record, result.reason, result.detail, item.index))
+                self._fail(item, result.reason, result.detail)
                 continue
             consumed_ms = produced_ms - int((now - record.received) * 1000)
             try:
-                out = result_record(
-                    record, topic, model, result, size, consumed_ms, produced_ms, item.index, item.fields
-                )
+                if item.row is not None:
+                    out = row_record(item.row, topic, model, result, size, consumed_ms, produced_ms)
+                else:
+                    out = result_record(
+                        record, topic, model, result, size, consumed_ms, produced_ms, item.index, item.fields
+                    )
             except (TypeError, ValueError) as exc:  # a processor returned something JSON cannot hold
-                self.reject(
-                    Rejection(record, Reason.INVALID_OUTPUT, f"result not encodable: {exc}", item.index)
-                )
+                self._fail(item, Reason.INVALID_OUTPUT, f"result not encodable: {exc}")
                 continue
             send(out)
             event_ms.append(record.timestamp_ms or consumed_ms)
@@ -69,6 +72,14 @@ class Outputs:
         # The batcher hands batches over in arrival order, its oldest waiting item first.
         queue_wait_s = done.started - done.batch[0].record.received
         self._telemetry.batch(size, queue_wait_s, done.run_s, latencies_ms, done.padding)
+
+    def _fail(self, item: Decoded, reason: Reason, detail: str) -> None:
+        """The dead letter of an item; of a row, one per message that fed it (its bytes as they came)."""
+        if item.row is None:
+            self.reject(Rejection(item.record, reason, detail, item.index))
+            return
+        for rejection in dead_letters(item.row, reason, detail):
+            self.reject(rejection)
 
     def reject(self, rejection: Rejection) -> None:
         """Queue the dead letter of one message."""

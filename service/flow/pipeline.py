@@ -1,7 +1,8 @@
-"""The service loop: consume -> decode -> batch -> infer -> produce -> store offsets.
+"""The service loop: consume -> decode (or assemble rows) -> batch -> infer -> produce -> store offsets.
 
 The loop is this file; each concern is a part built outside (``service/app.py``) and passed in: the
-decoder, the batcher, inference, the outputs, the checkpoint, back-pressure, the batch size and telemetry.
+decoder (or the row assembly), the batcher, inference, the outputs, the checkpoint, back-pressure, the
+batch size and telemetry.
 Everything with I/O sits behind a small Protocol (``ports``), so unit tests drive the loop with fakes and a
 fake clock, and integration tests with the real clients.
 """
@@ -12,6 +13,7 @@ from collections.abc import Sequence
 
 import structlog
 
+from service.flow.assembly import Assembly
 from service.flow.backlog import Backlog
 from service.flow.backpressure import BackPressure
 from service.flow.batcher import Batcher
@@ -43,7 +45,7 @@ class Pipeline:
         *,
         topics: Sequence[str],
         idle_poll_s: float,
-        decoder: Decoder,
+        decoder: Decoder | Assembly,
         batcher: Batcher[Decoded],
         inference: Inference,
         outputs: Outputs,
@@ -78,6 +80,7 @@ class Pipeline:
                 self._accept(self._source.consume(*self._consume_plan()))
                 if self._batcher.ready() and self._batcher.room():
                     self._accept(self._source.consume(self._batcher.room(), 0))  # more to choose among
+                self._rows()
                 self._dispatch()
                 self._finish(self._idle_s if self._inference.full() else 0.0)
                 self._checkpoint.acknowledge(self._sink.poll(0))
@@ -130,6 +133,18 @@ class Pipeline:
         for item in decoded:
             add(item, item.record.received)
 
+    def _rows(self) -> None:
+        """Assembled rows that close now go to the batcher; the messages of a row that closed incomplete
+        are settled, and a row's dead letters go out."""
+        items, rejected, settled = self._decoder.due()
+        if settled:
+            self._checkpoint.settle(settled)
+        for rejection in rejected:
+            self._outputs.reject(rejection)
+        add = self._batcher.add
+        for item in items:
+            add(item, item.record.received)
+
     def _dispatch(self) -> None:
         """Cut every due batch and hand it to inference, while it has room."""
         while not self._inference.full() and self._batcher.ready():
@@ -156,6 +171,7 @@ class Pipeline:
             assigned=assigned,
             paused=assigned if self._backpressure.paused else 0,
             lag=self._backlog.per_partition(),
+            open_rows=len(self._decoder) if isinstance(self._decoder, Assembly) else 0,
         )
 
     # -- commits ------------------------------------------------------------------------------------
@@ -164,7 +180,8 @@ class Pipeline:
         """The one place that commits. The order is the at-least-once contract:
 
         1. every consumed message is processed (batches in flight finish, the open batch is cut early and
-           run here) and its output queued;
+           run here) and its output queued; assembled rows still open are not answered early, so their
+           messages stay uncommitted and are read again by whoever reads the partition next;
         2. the producer is flushed, so the broker acknowledged (or refused) every output;
         3. acknowledgements advance the per-partition watermarks (acked 34 35 36 40 -> commit 37; see
            ``offsets``), and those are stored;
@@ -191,15 +208,24 @@ class Pipeline:
         if not self._closing:
             self.commit()
         self._checkpoint.revoke(tps)
+        self._decoder.discard(tps)
         _log.info("partitions_revoked", partitions=_names(tps))
 
     def on_lost(self, tps: list[TopicPartition]) -> None:
         """The group moved on without us: committing is no longer allowed. Drop the waiting items of those
         partitions (their new owner re-reads them) and let outputs already queued finish."""
         lost = set(tps)
-        dropped = self._batcher.discard(lambda d: d.record.tp not in lost)
+        # An assembled row stays while any message that fed it is still ours: those must be answered.
+        dropped = self._batcher.discard(
+            lambda d: (
+                d.record.tp not in lost
+                if d.row is None
+                else any(record.tp not in lost for record in d.row.sources)
+            )
+        )
         self._finish(None)  # batches in flight finish; their outputs are duplicates at worst
         self._checkpoint.lose(tps)
+        self._decoder.discard(tps)
         _log.warning("partitions_lost", partitions=_names(tps), dropped=dropped)
 
 

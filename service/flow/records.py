@@ -8,6 +8,7 @@ from typing import Any
 
 import msgspec
 
+from service.assemble import Closed
 from service.errors import Reason
 
 Headers = list[tuple[str, bytes | None]]
@@ -53,6 +54,9 @@ class Decoded(msgspec.Struct, frozen=True):
     item: Any
     index: int | None = None
     fields: dict[str, Any] | None = None
+    row: Closed[InputRecord] | None = None
+    """Set for an assembled row: its key, interval and features, and every message that fed it
+    (``record`` is the first of them)."""
 
 
 class Rejection(msgspec.Struct, frozen=True):
@@ -75,6 +79,9 @@ class OutRecord(msgspec.Struct, frozen=True, gc=False):
     headers: Headers | None
     source: InputRecord
     index: int | None = None
+    also: tuple[InputRecord, ...] = ()
+    """Further inputs this output answers (the other messages that fed an assembled row): its ack
+    answers each of them once."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,3 +94,4 @@ class LoopState:
     assigned: int
     paused: int
     lag: Mapping[TopicPartition, int]
+    open_rows: int = 0

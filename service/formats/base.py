@@ -21,12 +21,14 @@ class Format(Protocol):
 
     ``text_field`` is where this format puts the log text (None: the format does not know); it is the
     default of ``MICROBATCH_MODEL__TEXT_FIELD``. ``fans_out`` says one message may hold many items, so
-    each result names its item (``source.index``).
+    each result names its item (``source.index``). ``metrics`` says the items are data points, each a
+    dict of the point contract (``points``: host, metric, attributes, time, value, kind).
     """
 
     name: ClassVar[str]
     text_field: ClassVar[str | None]
     fans_out: ClassVar[bool]
+    metrics: ClassVar[bool]
 
     def split(self, value: bytes) -> list[Entry]: ...
 

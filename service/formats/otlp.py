@@ -18,6 +18,9 @@ absent::
 
 Keys with dots stay whole (``resource.service.name`` finds ``service.name``; see ``paths``). Bytes
 values are base64, as in OTLP/JSON, so both encodings give the same fields.
+
+The readers of values and of OTLP/JSON nodes (``any_value``, ``key_values``, ``json_*``, ``typed``) are
+shared with the metrics requests (``otlp_metrics``).
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ class OtlpProtoFormat:
     name: ClassVar[str] = "otlp-proto"
     text_field: ClassVar[str | None] = "body"
     fans_out: ClassVar[bool] = True
+    metrics: ClassVar[bool] = False
 
     def split(self, value: bytes) -> list[Entry]:
         request = ExportLogsServiceRequest()
@@ -57,23 +61,23 @@ class OtlpProtoFormat:
         entries: list[Entry] = []
         append = entries.append
         for resource_logs in request.resource_logs:
-            resource = _attributes(resource_logs.resource.attributes)
+            resource = key_values(resource_logs.resource.attributes)
             for scope_logs in resource_logs.scope_logs:
                 raw = scope_logs.scope
-                scope = _scope(raw.name, raw.version, _attributes(raw.attributes))
+                scope = _scope(raw.name, raw.version, key_values(raw.attributes))
                 for record in scope_logs.log_records:  # per record: every attribute read builds an object
                     fields: dict[str, Any] = {}
                     for name in _SCALARS:
                         if scalar := getattr(record, name):
                             fields[name] = scalar
                     if record.HasField("body"):
-                        fields["body"] = _value(record.body)
+                        fields["body"] = any_value(record.body)
                     if trace_id := record.trace_id:
                         fields["trace_id"] = trace_id.hex()
                     if span_id := record.span_id:
                         fields["span_id"] = span_id.hex()
                     if attributes := record.attributes:
-                        fields["attributes"] = _attributes(attributes)
+                        fields["attributes"] = key_values(attributes)
                     fields["resource"] = resource
                     fields["scope"] = scope
                     append(fields)
@@ -90,23 +94,25 @@ _SCALARS = (
 )
 
 
-def _value(value: AnyValue) -> Any:
+def any_value(value: AnyValue) -> Any:
+    """An attribute's value as Python's: str, int, float, bool, None, a list or a dict; bytes as base64."""
     kind = value.WhichOneof("value")
     if kind == "string_value":  # nearly always: the common case first
         return value.string_value
     if kind is None:
         return None
     if kind == "array_value":
-        return [_value(v) for v in value.array_value.values]
+        return [any_value(v) for v in value.array_value.values]
     if kind == "kvlist_value":
-        return _attributes(value.kvlist_value.values)
+        return key_values(value.kvlist_value.values)
     if kind == "bytes_value":
         return base64.b64encode(value.bytes_value).decode()
     return getattr(value, kind)
 
 
-def _attributes(pairs: Iterable[KeyValue]) -> dict[str, Any]:
-    return {kv.key: _value(kv.value) for kv in pairs}
+def key_values(pairs: Iterable[KeyValue]) -> dict[str, Any]:
+    """Attributes as a dict, values as :func:`any_value` gives them."""
+    return {kv.key: any_value(kv.value) for kv in pairs}
 
 
 def _scope(name: str, version: str, attributes: dict[str, Any]) -> dict[str, Any]:
@@ -127,39 +133,42 @@ class OtlpJsonFormat:
     name: ClassVar[str] = "otlp-json"
     text_field: ClassVar[str | None] = "body"
     fans_out: ClassVar[bool] = True
+    metrics: ClassVar[bool] = False
 
     def split(self, value: bytes) -> list[Entry]:
         document = parse_json(value)
         try:
-            resource_logs = _list(_mapping(document), "resourceLogs")
+            resource_logs = json_list(json_mapping(document), "resourceLogs")
             if not resource_logs:
                 raise ValueError("no resourceLogs")
             scopes = []
             for rl in resource_logs:
-                resource = _json_attributes(_get(_get(rl, "resource") or {}, "attributes"))
-                for sl in _list(rl, "scopeLogs"):
-                    scopes.append((resource, _json_scope(_get(sl, "scope") or {}), _list(sl, "logRecords")))
-        except _BAD_SHAPE as exc:
+                resource = json_key_values(json_get(json_get(rl, "resource") or {}, "attributes"))
+                for sl in json_list(rl, "scopeLogs"):
+                    scopes.append(
+                        (resource, _json_scope(json_get(sl, "scope") or {}), json_list(sl, "logRecords"))
+                    )
+        except BAD_SHAPE as exc:
             raise InvalidMessage(Reason.INVALID_EVENT, f"not an OTLP/JSON logs request: {exc}") from None
         entries: list[Entry] = []
         for resource, scope, records in scopes:
             for record in records:
                 try:
-                    entries.append(_json_record(_mapping(record), resource, scope))
-                except _BAD_SHAPE as exc:
+                    entries.append(_json_record(json_mapping(record), resource, scope))
+                except BAD_SHAPE as exc:
                     entries.append(InvalidMessage(Reason.INVALID_EVENT, f"bad OTLP/JSON log record: {exc}"))
         return entries
 
 
 # What a malformed document raises on its way through the helpers below.
-_BAD_SHAPE = (TypeError, ValueError, AttributeError, LookupError, binascii.Error)
+BAD_SHAPE = (TypeError, ValueError, AttributeError, LookupError, binascii.Error)
 
 
 def _severity(raw: Any) -> int:
     """A SeverityNumber, as a number or by its name (``SEVERITY_NUMBER_INFO``, protobuf's own JSON)."""
     if isinstance(raw, str) and raw.startswith("SEVERITY_NUMBER_"):
         return int(SeverityNumber.Value(raw))
-    return int(_typed(raw, str | int))
+    return int(typed(raw, str | int))
 
 
 # OTLP/JSON name -> (field name, conversion). Integers may be strings (64-bit) or numbers.
@@ -180,51 +189,53 @@ def _json_record(
 ) -> dict[str, Any]:
     fields: dict[str, Any] = {}
     for camel, (name, convert) in _JSON_FIELDS.items():
-        raw = _get(record, camel)
+        raw = json_get(record, camel)
         # Zero and "" mean unset, as in protobuf.
         if raw is not None and raw != "" and (converted := convert(raw)):
             fields[name] = converted
-    body = _get(record, "body")
+    body = json_get(record, "body")
     if body is not None:
-        fields["body"] = _json_value(body)
-    attributes = _get(record, "attributes")
+        fields["body"] = json_any_value(body)
+    attributes = json_get(record, "attributes")
     if attributes:
-        fields["attributes"] = _json_attributes(attributes)
+        fields["attributes"] = json_key_values(attributes)
     fields["resource"] = resource
     fields["scope"] = scope
     return fields
 
 
-def _json_value(value: Mapping[str, Any]) -> Any:
-    for camel, raw in _mapping(value).items():
+def json_any_value(value: Mapping[str, Any]) -> Any:
+    """An OTLP/JSON AnyValue as :func:`any_value` gives the protobuf one; raises one of BAD_SHAPE."""
+    for camel, raw in json_mapping(value).items():
         kind = _SNAKE_TO_CAMEL.get(camel, camel)
         if raw is None:  # JSON null: the field's default, i.e. unset
             continue
         if kind == "stringValue":
-            return _typed(raw, str)
+            return typed(raw, str)
         if kind == "intValue":
-            return int(_typed(raw, str | int))
+            return int(typed(raw, str | int))
         if kind == "doubleValue":
-            return float(_typed(raw, str | int | float))
+            return float(typed(raw, str | int | float))
         if kind == "boolValue":
-            return _typed(raw, bool)
+            return typed(raw, bool)
         if kind == "bytesValue":  # protobuf's JSON allows the URL-safe alphabet too
-            decoded = base64.b64decode(_typed(raw, str).replace("-", "+").replace("_", "/"), validate=True)
+            decoded = base64.b64decode(typed(raw, str).replace("-", "+").replace("_", "/"), validate=True)
             return base64.b64encode(decoded).decode()
         if kind == "arrayValue":
-            return [_json_value(v) for v in _list(raw, "values")]
+            return [json_any_value(v) for v in json_list(raw, "values")]
         if kind == "kvlistValue":
-            return _json_attributes(_list(raw, "values"))
+            return json_key_values(json_list(raw, "values"))
     return None
 
 
-def _json_attributes(pairs: Any) -> dict[str, Any]:
+def json_key_values(pairs: Any) -> dict[str, Any]:
+    """OTLP/JSON attributes (a list of ``{"key", "value"}``, or null) as :func:`key_values` gives them."""
     if not pairs:
         return {}
-    return {_typed(_mapping(kv)["key"], str): _json_value(_get(kv, "value") or {}) for kv in pairs}
+    return {typed(json_mapping(kv)["key"], str): json_any_value(json_get(kv, "value") or {}) for kv in pairs}
 
 
-def _typed(raw: Any, kind: Any) -> Any:
+def typed(raw: Any, kind: Any) -> Any:
     """``raw`` if it is a ``kind`` (a JSON string is not a bool, nor a bool an int), else TypeError."""
     if not isinstance(raw, kind) or (isinstance(raw, bool) and kind is not bool):
         raise TypeError(f"expected {getattr(kind, '__name__', kind)}, got {type(raw).__name__}")
@@ -232,8 +243,8 @@ def _typed(raw: Any, kind: Any) -> Any:
 
 
 def _json_scope(raw: Mapping[str, Any]) -> dict[str, Any]:
-    name, version = _get(raw, "name") or "", _get(raw, "version") or ""
-    return _scope(str(name), str(version), _json_attributes(_get(raw, "attributes")))
+    name, version = json_get(raw, "name") or "", json_get(raw, "version") or ""
+    return _scope(str(name), str(version), json_key_values(json_get(raw, "attributes")))
 
 
 _CAMEL_TO_SNAKE = {
@@ -254,25 +265,38 @@ _CAMEL_TO_SNAKE = {
     "bytesValue": "bytes_value",
     "arrayValue": "array_value",
     "kvlistValue": "kvlist_value",
+    # ExportMetricsServiceRequest (otlp_metrics)
+    "resourceMetrics": "resource_metrics",
+    "scopeMetrics": "scope_metrics",
+    "dataPoints": "data_points",
+    "startTimeUnixNano": "start_time_unix_nano",
+    "asDouble": "as_double",
+    "asInt": "as_int",
+    "aggregationTemporality": "aggregation_temporality",
+    "isMonotonic": "is_monotonic",
+    "exponentialHistogram": "exponential_histogram",
+    "quantileValues": "quantile_values",
 }
 _SNAKE_TO_CAMEL = {snake: camel for camel, snake in _CAMEL_TO_SNAKE.items()}
 
 
-def _get(node: Any, camel: str) -> Any:
+def json_get(node: Any, camel: str) -> Any:
     """``node[camel]``, or its snake_case spelling, or None."""
-    node = _mapping(node)
+    node = json_mapping(node)
     value = node.get(camel)
     return node.get(_CAMEL_TO_SNAKE.get(camel, camel)) if value is None else value
 
 
-def _mapping(node: Any) -> Mapping[str, Any]:
+def json_mapping(node: Any) -> Mapping[str, Any]:
+    """``node`` if it is an object, else TypeError."""
     if not isinstance(node, Mapping):
         raise TypeError(f"expected an object, got {type(node).__name__}")
     return node
 
 
-def _list(node: Any, camel: str) -> list[Any]:
-    value = _get(node, camel)
+def json_list(node: Any, camel: str) -> list[Any]:
+    """The list at ``camel`` (see :func:`json_get`), ``[]`` when absent or null, else TypeError."""
+    value = json_get(node, camel)
     if value is None:
         return []
     if not isinstance(value, list):

@@ -49,6 +49,7 @@ class JsonFormat:
     name: ClassVar[str] = "json"
     text_field: ClassVar[str | None] = None
     fans_out: ClassVar[bool] = False
+    metrics: ClassVar[bool] = False
 
     def split(self, value: bytes) -> list[Entry]:
         return [json_object(value)]
@@ -61,6 +62,7 @@ class TextFormat:
     name: ClassVar[str] = "text"
     text_field: ClassVar[str | None] = "message"
     fans_out: ClassVar[bool] = False
+    metrics: ClassVar[bool] = False
 
     def split(self, value: bytes) -> list[Entry]:
         return [{"message": utf8(value).rstrip("\r\n")}]

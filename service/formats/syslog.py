@@ -61,6 +61,7 @@ class SyslogFormat:
     name: ClassVar[str] = "syslog"
     text_field: ClassVar[str | None] = "message"
     fans_out: ClassVar[bool] = False
+    metrics: ClassVar[bool] = False
 
     def split(self, value: bytes) -> list[Entry]:
         return [parse_line(utf8(value).rstrip("\r\n"))]

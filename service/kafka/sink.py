@@ -109,6 +109,8 @@ class Sink:
     def _on_delivery(self, out: OutRecord, attempt: int, err: KafkaError | None, _msg: Message) -> None:
         if err is None:
             self._acked.append(out.source)
+            if out.also:  # an assembled row answers every message that fed it
+                self._acked.extend(out.also)
         else:
             self._failed(out, attempt, err)
 

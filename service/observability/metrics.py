@@ -118,6 +118,21 @@ class Metrics:
         self.padding = Gauge(
             f"{p}_padding_efficiency", "Real over padded tokens, last stats window (text models).", registry=r
         )
+        self.points = Counter(
+            f"{p}_points",
+            "Data points of agents' metrics (rows assembled): used by a row, ignored (no feature reads "
+            "them), late (their row had closed), empty (no value yet: a counter's first sample).",
+            ["outcome"],
+            registry=r,
+        )
+        self.rows = Counter(
+            f"{p}_rows",
+            "Assembled rows closed: scored complete, scored with optional features filled, or incomplete "
+            "(a required feature missing: not scored).",
+            ["outcome"],
+            registry=r,
+        )
+        self.open_rows = Gauge(f"{p}_open_rows", "Assembled rows waiting for their features.", registry=r)
         self.tokens = Counter(f"{p}_tokens", "Tokens in batches, real or padded.", ["kind"], registry=r)
         self.model = Gauge(
             f"{p}_model_info",

@@ -25,6 +25,8 @@ class Stats:
     dlq_reasons: Counter[str] = field(default_factory=Counter)
     real_cost: int = 0
     padded_cost: int = 0
+    rows_scored: int = 0
+    rows_incomplete: int = 0
     totals: Counter[str] = field(default_factory=Counter)
     """Everything counted since start (the ``stopped`` line reports it)."""
     _latencies: list[np.ndarray] = field(default_factory=list)
@@ -42,6 +44,11 @@ class Stats:
         if padding is not None:
             self.real_cost += padding[0]
             self.padded_cost += padding[1]
+
+    def rows(self, scored: int, incomplete: int) -> None:
+        """Assembled rows that closed."""
+        self.rows_scored += scored
+        self.rows_incomplete += incomplete
 
     def rejected(self, reason: str) -> None:
         self.dead_letters += 1
@@ -67,6 +74,14 @@ class Stats:
             "dlq": self.dead_letters,
             "dlq_reasons": dict(self.dlq_reasons),
         }
+        if (
+            self.rows_scored
+            or self.rows_incomplete
+            or self.totals["rows_scored"]
+            or self.totals["rows_incomplete"]
+        ):
+            snap["rows"] = self.rows_scored
+            snap["rows_incomplete"] = self.rows_incomplete
         self.totals.update(
             events_in=self.events_in,
             results_out=self.results_out,
@@ -75,9 +90,11 @@ class Stats:
             batched_items=self.batched_items,
             real_cost=self.real_cost,
             padded_cost=self.padded_cost,
+            rows_scored=self.rows_scored,
+            rows_incomplete=self.rows_incomplete,
         )
         self.events_in = self.results_out = self.dead_letters = self.batches = self.batched_items = 0
-        self.real_cost = self.padded_cost = 0
+        self.real_cost = self.padded_cost = self.rows_scored = self.rows_incomplete = 0
         self.dlq_reasons.clear()
         self._latencies.clear()
         self._since = now
@@ -93,6 +110,11 @@ class Stats:
             "batches": t["batches"],
             "mean_batch_size": _ratio(t["batched_items"], t["batches"], 2),
             "padding_efficiency": _ratio(t["real_cost"], t["padded_cost"], 3),
+            **(
+                {"rows": t["rows_scored"], "rows_incomplete": t["rows_incomplete"]}
+                if t["rows_scored"] or t["rows_incomplete"]
+                else {}
+            ),
         }
 
 

@@ -77,6 +77,21 @@ class Telemetry:
     def acknowledged(self, count: int) -> None:
         self.metrics.acknowledged.inc(count)
 
+    def points(self, used: int, ignored: int, late: int, empty: int) -> None:
+        """Per consumed group, when rows are assembled: what its data points did (``service.assemble``)."""
+        points = self.metrics.points
+        for outcome, count in (("used", used), ("ignored", ignored), ("late", late), ("empty", empty)):
+            if count:
+                points.labels(outcome=outcome).inc(count)
+
+    def rows(self, complete: int, filled: int, incomplete: int) -> None:
+        """Rows that closed: scored with every feature, scored with some filled, or incomplete."""
+        self.stats.rows(complete + filled, incomplete)
+        rows = self.metrics.rows
+        for outcome, count in (("complete", complete), ("filled", filled), ("incomplete", incomplete)):
+            if count:
+                rows.labels(outcome=outcome).inc(count)
+
     def split(self) -> None:
         self.metrics.splits.inc()
 
@@ -100,6 +115,7 @@ class Telemetry:
             self.metrics.state(
                 current.target_size, current.in_flight, current.assigned, current.paused, current.lag
             )
+            self.metrics.open_rows.set(current.open_rows)
         if stats_due:
             snapshot = self.stats.snapshot()
             if snapshot["padding_efficiency"] is not None:

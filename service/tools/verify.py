@@ -7,6 +7,11 @@ of order. The tests use it after every fault scenario; operators run ``microbatc
 An input of a format that fans out (OTLP: one item per log record) is split with that format, to know how
 many items it holds; each is answered by the result or dead letter with its ``source.index``, or all of
 them at once by a dead letter of the whole message (no ``source.index``: the message was unreadable).
+
+The result of an assembled row answers every message it lists (``row.inputs.offsets``); an input of a
+metrics format needs one answer. A message whose points fed no scored row (another plugin only, or rows
+that closed incomplete) has none by design: it counts as lost here, so verify rows on inputs the model
+reads all of, and read ``microbatch_points_total`` and ``microbatch_rows_total`` for the rest.
 """
 
 from __future__ import annotations
@@ -117,6 +122,29 @@ def _result_source(record: InputRecord, decoder: msgspec.json.Decoder[Any]) -> t
         return None
 
 
+def _row_inputs(value: Any, topic: str) -> list[Key] | None:
+    """The messages of ``topic`` an assembled row's result answers (``row.inputs.offsets``), each whole;
+    None when the result is not a row's."""
+    try:
+        offsets = value["row"]["inputs"]["offsets"]
+        prefix = f"{topic}["
+        return [
+            (int(lane[len(prefix) : -1]), int(offset), None)
+            for lane, listed in offsets.items()
+            if lane.startswith(prefix) and lane.endswith("]")
+            for offset in listed
+        ]
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+
+
+def _decoded(record: InputRecord, decoder: msgspec.json.Decoder[Any]) -> Any:
+    try:
+        return decoder.decode(record.value or b"")
+    except msgspec.DecodeError:
+        return None
+
+
 def _dead_letter_source(record: InputRecord) -> tuple[str, Key] | None:
     headers = {k: v for k, v in record.headers or [] if v is not None}
     try:
@@ -133,7 +161,7 @@ def _dead_letter_source(record: InputRecord) -> tuple[str, Key] | None:
 def _items(record: InputRecord, fmt: Format | None) -> int:
     """How many answers an input needs: one, or one per item when its format fans out (an unreadable
     message is answered by one dead letter, of the whole message)."""
-    if fmt is None or not fmt.fans_out or not record.value:
+    if fmt is None or not fmt.fans_out or fmt.metrics or not record.value:
         return 1
     try:
         return len(fmt.split(record.value))
@@ -165,6 +193,12 @@ def verify(
     }
     decoder: msgspec.json.Decoder[Any] = msgspec.json.Decoder()
     for record in read_to_end(client_conf, output_topic, timeout_s):
+        rows = _row_inputs(_decoded(record, decoder), input_topic)
+        if rows is not None:  # an assembled row: it answers each message that fed it, in no offset order
+            for key in rows:
+                reports.setdefault(key[0], PartitionReport(key[0])).results += 1
+                answers[key] += 1
+            continue
         found = _result_source(record, decoder)
         if found is None or found[0] != input_topic:
             continue

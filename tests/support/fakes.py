@@ -224,7 +224,7 @@ class FakeSink:
             ready.reverse()
         for out in ready:
             self.events.append(("ack", coords(out.source)))
-        return [o.source for o in ready]
+        return [record for o in ready for record in (o.source, *o.also)]
 
     def outputs(self, topic: str) -> list[OutRecord]:
         return [o for o in self.sent if o.topic == topic]

@@ -14,7 +14,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from tests.support.daemon import Daemon, clean_env
+from service.tools.daemons import Daemon, clean_env
 
 # /usr/sbin is not on a non-root PATH on Debian.
 RSYSLOGD = shutil.which("rsyslogd") or shutil.which("rsyslogd", path="/usr/sbin:/sbin:/usr/local/sbin")

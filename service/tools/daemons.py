@@ -1,6 +1,7 @@
-"""What the private shipper daemons of the tests (``rsyslog``, ``collectd``) share: a process that is not
-``python -m`` and logs to files of its own, started with an environment cleaned of service-manager
-variables, stopped by PID (``service.tools.processes.Child``: SIGTERM, then SIGKILL after a bound)."""
+"""What the private agent daemons of the demo and the tests (``collectd``; the tests' ``rsyslog``) share: a
+process that is not ``python -m`` and logs to files of its own, started with an environment cleaned of
+service-manager variables, stopped by PID (``service.tools.processes.Child``: SIGTERM, then SIGKILL after a
+bound)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """A real, private ``collectd`` (5.x) whose ``write_kafka`` plugin publishes every value list it reads to one
-topic. No mocks.
+topic: the demo's host path and the tests run it.
 
 Its config, base directory, pid file, own log and stderr are under ``tmp_dir``: it runs in the
 foreground (``-f``), never reads ``/etc/collectd``, never writes ``/var/lib/collectd`` or ``/var/run``, opens
@@ -18,7 +18,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from tests.support.daemon import Daemon, clean_env
+from service.tools.daemons import Daemon, clean_env
 
 # /usr/sbin is not on a non-root PATH on Debian.
 COLLECTD = shutil.which("collectd") or shutil.which("collectd", path="/usr/sbin:/sbin:/usr/local/sbin")
