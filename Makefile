@@ -11,7 +11,7 @@ BENCH_ARGS ?=
 .PHONY: help venv test unit integration chaos soak sweep bench lint format demo kafka-up kafka-down kafka-status models clean
 
 help:
-	@echo "make demo        run both reference models on a local broker with generated traffic (~1 min)"
+	@echo "make demo        run the three reference models on a local broker with generated traffic (~1 min)"
 	@echo "make test        install everything, lint (ruff, mypy), and run the whole test suite"
 	@echo "make kafka-up    start the local Apache Kafka broker (127.0.0.1:\$${KAFKA_PORT:-9092})"
 	@echo "make kafka-down  stop it"

@@ -137,8 +137,7 @@ class Assembler(Generic[M]):
                 fed.ignored += 1
                 continue
             attributes = point.get("attributes") or {}
-            attrs: Attributes = tuple(sorted((str(k), str(v)) for k, v in attributes.items()))
-            reading = [(i, s) for i, s in readers if s.matches(attrs)]
+            reading = [(i, s) for i, s in readers if s.matches(attributes)]
             time = point.get("time")
             if not reading or not isinstance(time, int | float) or not math.isfinite(time):
                 fed.ignored += 1
@@ -150,6 +149,7 @@ class Assembler(Generic[M]):
                     continue
                 key = fallback_key
             key = str(key)
+            attrs: Attributes = tuple(sorted(attributes.items()))  # the series, with key and metric
             value = _number(point.get("value"))
             metric: str = point["metric"]
             if value is not None and point.get("kind") == "counter":
@@ -173,7 +173,7 @@ class Assembler(Generic[M]):
             unseen = row.unseen
             was_open = any(unseen)
             for i, source in reading:
-                if unseen[i] and source.counts(attrs):
+                if unseen[i] and source.counts(attributes):
                     unseen[i] = False
             if was_open and not any(unseen) and now + self._grace < row.deadline:
                 row.deadline = now + self._grace
@@ -211,8 +211,9 @@ class Assembler(Generic[M]):
             row.series = {k: (v, m) for k, (v, m) in row.series.items() if not drop(m)}
             row.unseen = [True] * len(self._rules)
             for metric, attrs in row.series:
+                attributes = dict(attrs)
                 for i, source in self._index[metric]:
-                    if source.matches(attrs) and source.counts(attrs):
+                    if source.matches(attributes) and source.counts(attributes):
                         row.unseen[i] = False
             if any(row.unseen) and row.deadline < row.opened + self._max_wait:  # no longer complete
                 row.deadline = row.opened + self._max_wait
@@ -284,7 +285,7 @@ def _read(rule: Rule, series: Mapping[tuple[str, Attributes], tuple[float, Any]]
         found = [
             (attrs, v)
             for (metric, attrs), (v, _message) in series.items()
-            if metric == source.metric and source.matches(attrs)
+            if metric == source.metric and source.matches(dict(attrs))
         ]
         if found:
             value = source.value(found)

@@ -12,7 +12,7 @@ the metric of the same name (mean over its series), so a model of one's own can 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -37,20 +37,20 @@ class Source:
     aggregate: Aggregate = "mean"
     exclude: tuple[tuple[str, re.Pattern[str]], ...] = field(default=())
 
-    def matches(self, attributes: Attributes) -> bool:
+    def matches(self, attributes: Mapping[str, str]) -> bool:
         """Whether a series with these attributes feeds this source."""
-        attrs = dict(attributes)
-        if any(attrs.get(k) != v for k, v in self.where):
-            return False
-        return not any(pattern.fullmatch(attrs.get(k, "")) for k, pattern in self.exclude)
+        for k, v in self.where:
+            if attributes.get(k) != v:
+                return False
+        return not any(pattern.fullmatch(attributes.get(k, "")) for k, pattern in self.exclude)
 
-    def counts(self, attributes: Attributes) -> bool:
+    def counts(self, attributes: Mapping[str, str]) -> bool:
         """Whether a series with these attributes makes this source computable (for a share: the
         wanted value's series; its total needs the others too, which come in the same burst)."""
         if self.share is None:
             return True
         name, value = self.share
-        return dict(attributes).get(name) == value
+        return attributes.get(name) == value
 
     def value(self, series: Iterable[tuple[Attributes, float]]) -> float | None:
         """The feature from the series of one row that :meth:`matches` (None: none of them)."""
@@ -63,7 +63,7 @@ class Source:
         for attrs, v in series:
             group = tuple(kv for kv in attrs if kv[0] != name)
             total[group] = total.get(group, 0.0) + v
-            if dict(attrs).get(name) == wanted:
+            if (name, wanted) in attrs:
                 part[group] = part.get(group, 0.0) + v
         shares = [part[g] / total[g] for g in part if total[g] > 0]
         return _combine(shares, self.aggregate)
@@ -189,13 +189,16 @@ SEMCONV: dict[str, Rule] = {
         Rule(
             "system.filesystem.utilization",
             (
-                Source("system.filesystem.utilization", aggregate="max", exclude=_NOT_DISKS),
+                # used / (used + free), the blocks reserved for root left out: Telegraf's used_percent, the
+                # receiver's utilization and df's Use% are that; collectd's percent_bytes is of the whole
+                # size, 5% lower on a default ext4, so its df_complex bytes come first.
                 Source(
                     "system.filesystem.usage",
                     share=("system.filesystem.state", "used"),
                     aggregate="max",
-                    exclude=_NOT_DISKS,
+                    exclude=(*_NOT_DISKS, ("system.filesystem.state", re.compile("reserved"))),
                 ),
+                Source("system.filesystem.utilization", aggregate="max", exclude=_NOT_DISKS),
             ),
         ),
     )

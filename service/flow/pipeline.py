@@ -22,7 +22,7 @@ from service.flow.decode import Decoder
 from service.flow.inference import Finished, Inference
 from service.flow.outputs import Outputs
 from service.flow.ports import SinkLike, SourceLike, TelemetryLike
-from service.flow.records import Decoded, InputRecord, LoopState, TopicPartition
+from service.flow.records import Decoded, InputRecord, LoopState, Rejection, TopicPartition
 from service.flow.sizing import Sizing
 
 _log = structlog.get_logger("microbatch.pipeline")
@@ -127,11 +127,7 @@ class Pipeline:
         decoded, rejected, counts = self._decoder.decode(records)
         if counts:
             self._checkpoint.expect(counts)
-        for rejection in rejected:
-            self._outputs.reject(rejection)
-        add = self._batcher.add
-        for item in decoded:
-            add(item, item.record.received)
+        self._queue(decoded, rejected)
 
     def _rows(self) -> None:
         """Assembled rows that close now go to the batcher; the messages of a row that closed incomplete
@@ -139,6 +135,10 @@ class Pipeline:
         items, rejected, settled = self._decoder.due()
         if settled:
             self._checkpoint.settle(settled)
+        self._queue(items, rejected)
+
+    def _queue(self, items: list[Decoded], rejected: list[Rejection]) -> None:
+        """Items to the batcher; rejections to the dead-letter topic at once."""
         for rejection in rejected:
             self._outputs.reject(rejection)
         add = self._batcher.add

@@ -1,12 +1,14 @@
-"""``microbatch demo``: both reference models, real broker, generated traffic, then a summary.
+"""``microbatch demo``: the three reference models, real broker, generated traffic, then a summary.
 
-It creates its own topics, runs one service process per model, warms each up (a few events sent through
-the producer the traffic will use, until the service has answered them: the group join, the consumer's
-first offset lookups and the producer's own set-up are start-up, not latency), produces traffic (with a
-little poison), waits until every input has an output, stops the services with SIGTERM, reads the output
-topics back and prints what happened. Latency is reported for the steady state and, apart, for the first
-seconds of traffic, which a freshly started broker still serves slowly. It leaves no process running and,
-unless asked, no topics behind.
+``metrics-anomaly`` and ``log-classifier`` get generated JSON events; ``host-anomaly`` gets host metrics as
+collectd writes them, assembled into rows (``demo_hosts``: generated hosts, and this machine when collectd
+is installed). It creates its own topics, runs one service process per model, warms each up (a few events
+sent through the producer the traffic will use, until the service has answered them: the group join, the
+consumer's first offset lookups and the producer's own set-up are start-up, not latency), produces
+traffic (with a little poison), waits until every input has an output, stops the services with SIGTERM,
+reads the output topics back and prints what happened. Latency is reported for the steady state and,
+apart, for the first seconds of traffic, which a freshly started broker still serves slowly. It leaves no
+process running and, unless asked, no topics behind.
 """
 
 from __future__ import annotations
@@ -27,8 +29,9 @@ import numpy as np
 
 from service.config import Settings
 from service.errors import EXIT_OK, BrokerUnavailableError
+from service.tools import demo_hosts
 from service.tools.processes import Child, start_service
-from service.tools.produce import EventProducer, ProduceReport
+from service.tools.produce import Deliveries, EventProducer, ProduceReport
 from service.tools.reader import read_to_end
 from service.tools.topics import TopicAdmin, Watermarks
 from service.tools.verify import VerifyReport, verify
@@ -89,30 +92,59 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         )
         for model, kind in MODELS.items()
     ]
-    all_topics = [t for r in runs for t in r.topics.values()]
+    hosts = ModelRun(
+        demo_hosts.MODEL,
+        "hosts",
+        {r: f"demo.hosts.{r}.{run_id}" for r in ("in", "results", "dlq")},
+        EventProducer(settings.kafka.producer_config()),
+    )
+    all_topics = [t for r in (*runs, hosts) for t in r.topics.values()]
     bootstrap = settings.kafka.bootstrap_servers
-    print(f"demo {run_id}: {args.duration:.0f}s at {args.rate:.0f} events/s per model, broker {bootstrap}")
+    print(
+        f"demo {run_id}: {args.duration:.0f}s at {args.rate:.0f} events/s per model, and host metrics "
+        f"every {demo_hosts.INTERVAL_S:.0f} s; broker {bootstrap}"
+    )
+    traffic: demo_hosts.HostTraffic | None = None
+    deliveries = Deliveries(settings.kafka.producer_config() | {"linger.ms": 5, "enable.idempotence": True})
     try:
         admin.create(all_topics, args.partitions)
         for model_run in runs:
             model_run.child = _start(model_run, settings, run_id, log_dir)
+        hosts.child = _start(hosts, settings, run_id, log_dir, **demo_hosts.SETTINGS)
         for model_run in runs:
             _warm_up(model_run, settings, args.partitions)
+        _warm_up_hosts(hosts, deliveries, settings, args.partitions)
+        thread, live = demo_hosts.run_live(deliveries, hosts.topics["in"], args.duration, log_dir, bootstrap)
         _produce_all(runs, args)
+        thread.join()
+        if "error" in live:
+            raise live["error"]  # type: ignore[misc]
+        traffic = live["traffic"]  # type: ignore[assignment]
         _wait_for_outputs(runs, client_conf)
+        assert traffic is not None
+        demo_hosts.wait_for_rows(client_conf, hosts.topics, traffic, _ANSWER_TIMEOUT_S, hosts.child.alive)
     finally:
-        for model_run in runs:
+        for model_run in (*runs, hosts):
             model_run.exit_code = model_run.child.stop() if model_run.child else None
         if not args.keep_topics:
             admin.delete(all_topics)
     for model_run in runs:
         _print_summary(model_run)
-    ok = all(r.exit_code == 0 and r.verdict is not None and r.verdict.ok for r in runs)
+    print(
+        f"\n== {hosts.model} (host rows from collectd's messages)  service exit code {hosts.exit_code}  "
+        f"log {hosts.child.log_path if hosts.child else '?'}"
+    )
+    for line in demo_hosts.summary(traffic) if traffic else []:
+        print(line)
+    hosts_ok = bool(
+        traffic and traffic.check and traffic.check.ok and not traffic.dead and hosts.exit_code == 0
+    )
+    ok = hosts_ok and all(r.exit_code == 0 and r.verdict is not None and r.verdict.ok for r in runs)
     print("demo finished: " + ("every input has a result or a dead letter" if ok else "PROBLEMS, see above"))
     return EXIT_OK if ok else 1
 
 
-def _start(model_run: ModelRun, settings: Settings, run_id: str, log_dir: Path) -> Child:
+def _start(model_run: ModelRun, settings: Settings, run_id: str, log_dir: Path, **extra: Any) -> Child:
     return start_service(
         log_dir,
         inherit=True,  # the caller's own MICROBATCH_* settings reach the services too
@@ -125,6 +157,7 @@ def _start(model_run: ModelRun, settings: Settings, run_id: str, log_dir: Path) 
         dlq__topic=model_run.topics["dlq"],
         model__name=model_run.model,
         log__stats_interval_s=5,
+        **extra,
     )
 
 
@@ -147,6 +180,21 @@ def _warm_up(model_run: ModelRun, settings: Settings, partitions: int) -> None:
 
     try:
         _wait(answered, child, _ANSWER_TIMEOUT_S, "did not answer its warm-up events")
+    finally:
+        watermarks.close()
+
+
+def _warm_up_hosts(hosts: ModelRun, deliveries: Deliveries, settings: Settings, partitions: int) -> None:
+    """Until the host service owns its partitions and has answered a row of the warm-up host."""
+    child = hosts.child
+    if child is None:
+        raise RuntimeError("the host-anomaly service was not started")
+    _wait(lambda: bool(child.events("partitions_assigned")), child, _ASSIGNED_TIMEOUT_S, "got no partitions")
+    demo_hosts.warm_up(deliveries, hosts.topics["in"])
+    watermarks = Watermarks(settings.kafka.client_config())
+    try:
+        answered = lambda: watermarks.count(hosts.topics["results"], partitions) >= 1  # noqa: E731
+        _wait(answered, child, _ANSWER_TIMEOUT_S, "did not answer its warm-up rows")
     finally:
         watermarks.close()
 

@@ -11,8 +11,8 @@ from service.formats import load_format
 from service.tools.generate import EventGenerator
 from service.tools.generate.otlp import encode, logs_request
 from service.tools.verify import format_report, verify
-from tests.support.fleet import fleet
-from tests.support.harness import committed, end_offsets, produce, wait_for
+from tests.support.fleet import drain, fleet, kill_while_answering
+from tests.support.harness import end_offsets, produce
 
 PARTITIONS = 3
 REQUESTS = 360
@@ -71,31 +71,12 @@ def test_sigkill_with_fan_out_messages_in_flight_loses_no_record(
     def answered() -> int:
         return sum(end_offsets(kafka_bootstrap, topics["out"], PARTITIONS).values())
 
-    def all_committed() -> bool:
-        # Without keys (the Collector sets none) the producer may leave a partition empty: nothing to commit.
-        commits = committed(kafka_bootstrap, group_id, topics["in"], PARTITIONS)
-        ends = end_offsets(kafka_bootstrap, topics["in"], PARTITIONS)
-        return all(commits.get(p, -1) == end for p, end in ends.items() if end > 0)
-
+    # Without keys (the Collector sets none) the producer may leave a partition empty: nothing to commit.
     with fleet(tmp_path, topics["in"], PARTITIONS, **settings) as f:
         for _ in range(INSTANCES):
             f.start()
-        for number in range(KILLS):
-            target = answered() + rng.randint(300, 1200)
-            wait_for(lambda t=target: answered() >= t, PROGRESS_TIMEOUT_S, f"results before kill {number}")
-            assert answered() < answers - bad, "the backlog ran out before the kills: they proved nothing"
-            f.kill(rng.choice(f.live()))
-            f.start()
-        try:
-            wait_for(all_committed, DRAIN_TIMEOUT_S, "every request committed")
-        except AssertionError as exc:
-            commits = committed(kafka_bootstrap, group_id, topics["in"], PARTITIONS)
-            ends = end_offsets(kafka_bootstrap, topics["in"], PARTITIONS)
-            raise AssertionError(
-                f"{exc}: committed {commits}, end {ends}\n{f.describe()}\n{f.logs()}"
-            ) from None
-        for instance in f.live():
-            assert f.terminate(instance) == 0, f.logs()
+        kill_while_answering(f, rng, KILLS, answered, (300, 1200), answers - bad, PROGRESS_TIMEOUT_S)
+        drain(f, kafka_bootstrap, group_id, topics["in"], PARTITIONS, DRAIN_TIMEOUT_S)
 
     report = verify(
         {"bootstrap.servers": kafka_bootstrap},

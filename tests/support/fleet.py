@@ -13,13 +13,13 @@ import re
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
 from service.tools.processes import Child
-from tests.support.harness import start_service, wait_for
+from tests.support.harness import committed, end_offsets, start_service, wait_for
 
 REBALANCE_EVENTS = ("partitions_assigned", "partitions_revoked", "partitions_lost")
 _PARTITION_NAME = re.compile(r"^(?P<topic>.+)\[(?P<partition>\d+)\]$")
@@ -163,3 +163,43 @@ def fleet(log_dir: Path, topic: str, partitions: int, **settings: str) -> Iterat
         yield group
     finally:
         group.close()
+
+
+def kill_while_answering(
+    f: Fleet,
+    rng,
+    kills: int,
+    answered: Callable[[], int],
+    step: tuple[int, int],
+    total: int,
+    timeout_s: float,
+) -> None:
+    """``kills`` times: wait for ``step`` (a random number in that range) more answers, SIGKILL a random
+    live instance and start a new one. ``answered`` counts the answers so far; it must stay below
+    ``total`` (else the backlog ran out before the kills, which then proved nothing)."""
+    for number in range(kills):
+        target = answered() + rng.randint(*step)
+        wait_for(lambda t=target: answered() >= t, timeout_s, f"answers before kill {number}")
+        assert answered() < total, "the backlog ran out before the kills: they proved nothing"
+        f.kill(rng.choice(f.live()))
+        f.start()
+
+
+def drain(f: Fleet, bootstrap: str, group: str, topic: str, partitions: int, timeout_s: float) -> None:
+    """Until the group committed every partition of ``topic`` to its end (an empty partition has nothing to
+    commit), then SIGTERM every live instance (each must exit 0). AssertionError with the offsets and the
+    instances' logs otherwise."""
+
+    def all_committed() -> bool:
+        commits = committed(bootstrap, group, topic, partitions)
+        ends = end_offsets(bootstrap, topic, partitions)
+        return all(commits.get(p, -1) == end for p, end in ends.items() if end > 0)
+
+    try:
+        wait_for(all_committed, timeout_s, "every input committed")
+    except AssertionError as exc:
+        commits = committed(bootstrap, group, topic, partitions)
+        ends = end_offsets(bootstrap, topic, partitions)
+        raise AssertionError(f"{exc}: committed {commits}, end {ends}\n{f.describe()}\n{f.logs()}") from None
+    for instance in f.live():
+        assert f.terminate(instance) == 0, f.logs()

@@ -16,6 +16,11 @@ drop).
 Log events are ``{"ts", "host", "service", "level", "message"}``, labelled by :data:`LOG_LABELS`. Messages
 come from many templates per class with variable parts and vocabulary shared between classes; the level is
 drawn per class with overlapping distributions so it does not determine the label.
+
+Host rows (:func:`host_rows`, :func:`host_dataset`, ``_hosts.py``) are what host metrics agents report about
+one host in one interval, in :data:`HOST_FEATURES` (OpenTelemetry semantic-convention names), from hosts of
+several sizes and regimes with injected incidents (:data:`INCIDENT_KINDS`); :mod:`.agents` renders them as
+collectd, Telegraf and OTLP hostmetrics messages.
 """
 
 from __future__ import annotations
@@ -24,6 +29,20 @@ import random
 
 import numpy as np
 
+from service.tools.generate._hosts import (
+    CI_MACHINE,
+    HOST_FEATURES,
+    HOST_REGIMES,
+    HOST_REQUIRED,
+    IDLE_MACHINE,
+    INCIDENT_KINDS,
+    HostDataset,
+    HostSeries,
+    HostSpec,
+    Incident,
+    host_dataset,
+    host_rows,
+)
 from service.tools.generate._logs import LABEL_MIX, LEVEL_CDF, TEMPLATES, context_tail
 from service.tools.generate._metrics import inject_anomalies, metrics_events, normal_metrics
 from service.tools.generate._world import (
@@ -39,11 +58,23 @@ from service.tools.generate._world import (
 
 __all__ = [
     "ANOMALY_KINDS",
+    "CI_MACHINE",
     "DEFAULT_START_MS",
+    "HOST_FEATURES",
+    "HOST_REGIMES",
+    "HOST_REQUIRED",
+    "IDLE_MACHINE",
+    "INCIDENT_KINDS",
     "LOG_LABELS",
     "LOG_LEVELS",
     "METRIC_FEATURES",
     "EventGenerator",
+    "HostDataset",
+    "HostSeries",
+    "HostSpec",
+    "Incident",
+    "host_dataset",
+    "host_rows",
 ]
 
 

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 import onnx
 import torch
 
-from service.tools.modelbuild import log_classifier, metrics_anomaly
+from service.tools.modelbuild import host_anomaly, log_classifier, metrics_anomaly
 from service.tools.modelbuild.common import BUILD_THREADS, deterministic_torch, sha256_file
 from service.tools.modelbuild.export import OPSET
 from service.tools.modelbuild.types import BuiltModel
@@ -26,6 +26,7 @@ REBUILD_COMMAND = "microbatch models build"
 BUILDERS: dict[str, Callable[[pathlib.Path, int], BuiltModel]] = {
     metrics_anomaly.NAME: metrics_anomaly.build,
     log_classifier.NAME: log_classifier.build,
+    host_anomaly.NAME: host_anomaly.build,
 }
 """Model name -> builder; the names are what ``names`` selects and the manifest's keys."""
 

@@ -8,7 +8,7 @@ import pathlib
 
 from service.tools.modelbuild import BUILDERS, build
 
-DEFAULT_OUT = pathlib.Path(__file__).resolve().parent.parent / "models"
+DEFAULT_OUT = pathlib.Path(__file__).resolve().parents[2] / "models"  # service/models
 
 
 def main(argv: list[str] | None = None) -> int:

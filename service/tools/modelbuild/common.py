@@ -1,4 +1,5 @@
-"""Helpers shared by the model builders: deterministic torch settings, hashing and rank-based ROC AUC."""
+"""Helpers shared by the model builders: deterministic torch settings, hashing, rank-based ROC AUC and the
+check of an exported autoencoder against torch."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import contextlib
 import hashlib
 import pathlib
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import torch
@@ -61,3 +63,22 @@ def roc_auc(scores: np.ndarray, labels: np.ndarray) -> float:
     ranks[order] = np.repeat(avg, run_end - run_start)
     u = ranks[labels].sum() - n_pos * (n_pos + 1) / 2.0
     return float(u / (n_pos * n_neg))
+
+
+def validate_autoencoder(name: str, session: Any, model: Any, x: torch.Tensor) -> None:
+    """An exported anomaly autoencoder (``features`` -> ``score``, ``is_anomaly``, a ``threshold`` buffer)
+    must match torch on batch sizes 1, 3 and 16. Raises AssertionError naming ``name``."""
+    from service.tools.modelbuild.export import run_session
+
+    for n in (1, 3, 16):
+        out = run_session(session, {"features": x[:n].numpy()})
+        with torch.no_grad():
+            score, flag = model(x[:n])
+        if out["score"].shape != (n,) or out["score"].dtype != np.float32 or out["is_anomaly"].dtype != bool:
+            raise AssertionError(f"{name}: unexpected outputs for batch {n}: {out}")
+        np.testing.assert_allclose(out["score"], score.numpy(), rtol=1e-4, atol=1e-5)
+        # Decisions must agree except where float noise may straddle the threshold.
+        threshold = float(model.threshold)
+        clear = np.abs(score.numpy() - threshold) > 1e-4 * threshold
+        if not np.array_equal(out["is_anomaly"][clear], flag.numpy()[clear]):
+            raise AssertionError(f"{name}: is_anomaly differs between torch and onnxruntime")

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from service.tools.generate import ANOMALY_KINDS, METRIC_FEATURES, EventGenerator
-from service.tools.modelbuild.common import roc_auc
+from service.tools.modelbuild.common import roc_auc, validate_autoencoder
 from service.tools.modelbuild.export import export_onnx, ort_session, run_session, save_onnx
 from service.tools.modelbuild.types import BuiltModel
 
@@ -174,7 +174,7 @@ def build(out_dir: pathlib.Path, seed: int) -> BuiltModel:
     path = out_dir / FILE
     save_onnx(onnx_model, path)
     session = ort_session(path)
-    _validate(session, model, x_val)
+    validate_autoencoder(NAME, session, model, x_val)
     quality = evaluate(session, seed + HOLDOUT_SEED_OFFSET)
     quality["threshold"] = round(threshold, 6)
     return BuiltModel(
@@ -186,21 +186,6 @@ def build(out_dir: pathlib.Path, seed: int) -> BuiltModel:
         quality=quality,
         train_seconds=train_seconds,
     )
-
-
-def _validate(session: InferenceSession, model: MetricsAutoencoder, x: torch.Tensor) -> None:
-    """The ONNX graph must match torch on batch sizes 1, 3 and 16."""
-    for n in (1, 3, 16):
-        out = run_session(session, {"features": x[:n].numpy()})
-        with torch.no_grad():
-            score, flag = model(x[:n])
-        if out["score"].shape != (n,) or out["score"].dtype != np.float32 or out["is_anomaly"].dtype != bool:
-            raise AssertionError(f"{NAME}: unexpected outputs for batch {n}: {out}")
-        np.testing.assert_allclose(out["score"], score.numpy(), rtol=1e-4, atol=1e-5)
-        # Decisions must agree except where float noise may straddle the threshold.
-        clear = np.abs(score.numpy() - float(model.threshold)) > 1e-4 * float(model.threshold)
-        if not np.array_equal(out["is_anomaly"][clear], flag.numpy()[clear]):
-            raise AssertionError(f"{NAME}: is_anomaly differs between torch and onnxruntime")
 
 
 def evaluate(session: InferenceSession, holdout_seed: int) -> dict:

@@ -13,7 +13,7 @@ def series(metric_points: list[tuple[dict[str, str], float]]):
 
 def read(rule: Rule, metrics: dict[str, list[tuple[dict[str, str], float]]]) -> float | None:
     for source in rule.sources:
-        found = [(a, v) for a, v in series(metrics.get(source.metric, [])) if source.matches(a)]
+        found = [(a, v) for a, v in series(metrics.get(source.metric, [])) if source.matches(dict(a))]
         if found and (value := source.value(found)) is not None:
             return value
     return None
@@ -118,5 +118,5 @@ def test_a_feature_without_a_rule_reads_the_metric_of_its_name():
 
 def test_a_share_counts_only_once_its_wanted_value_is_there():
     source = SEMCONV["system.cpu.utilization.iowait"].sources[1]
-    assert not source.counts((("cpu", "0"), ("cpu.mode", "user")))
-    assert source.counts((("cpu", "0"), ("cpu.mode", "iowait")))
+    assert not source.counts({"cpu": "0", "cpu.mode": "user"})
+    assert source.counts({"cpu": "0", "cpu.mode": "iowait"})
