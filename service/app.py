@@ -190,6 +190,9 @@ def run_service(settings: Settings) -> int:
             output=settings.output.topic,
             dlq=settings.dlq.topic,
             batch=settings.batch.model_dump(),
+            rows=None
+            if model.rows is None
+            else settings.assemble.model_dump() | {"required": model.rows.required},
             kafka=settings.kafka.summary(),
             metrics_port=server.port if server else None,
         )

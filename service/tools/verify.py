@@ -62,7 +62,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         args.output or settings.output.topic,
         args.dlq or settings.dlq.topic,
         args.timeout,
-        fmt=load_format(args.format or settings.input.format),
+        # OTLP requests hold metrics where rows are assembled: MICROBATCH_ASSEMBLE__ENABLED=true says so.
+        fmt=load_format(args.format or settings.input.format, metrics=settings.assemble.enabled is True),
     )
     strict = args.strict_order
     print(msgspec.json.encode(report).decode() if args.json else format_report(report, strict_order=strict))
