@@ -1,5 +1,5 @@
-"""Helpers shared by the model builders: deterministic torch settings, hashing, rank-based ROC AUC and the
-check of an exported autoencoder against torch."""
+"""Helpers shared by the model builders: deterministic torch settings, hashing, rank-based ROC AUC, and the
+training and the check against torch of an exported anomaly autoencoder."""
 
 from __future__ import annotations
 
@@ -82,3 +82,22 @@ def validate_autoencoder(name: str, session: Any, model: Any, x: torch.Tensor) -
         clear = np.abs(score.numpy() - threshold) > 1e-4 * threshold
         if not np.array_equal(out["is_anomaly"][clear], flag.numpy()[clear]):
             raise AssertionError(f"{name}: is_anomaly differs between torch and onnxruntime")
+
+
+def train_autoencoder(model: Any, x: torch.Tensor, seed: int, *, epochs: int, batch: int, lr: float) -> None:
+    """Train ``model`` (its ``residual(x)`` is what it cannot reconstruct) to reconstruct ``x``: AdamW with
+    a one-cycle schedule, mini-batches in an order drawn from ``seed``. Leaves it in eval mode."""
+    gen = torch.Generator().manual_seed(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=1e-4)
+    steps = epochs * ((len(x) + batch - 1) // batch)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps)
+    model.train()
+    for _ in range(epochs):
+        perm = torch.randperm(len(x), generator=gen)
+        for start in range(0, len(x), batch):
+            loss = model.residual(x[perm[start : start + batch]]).pow(2).mean()
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            sched.step()
+    model.eval()

@@ -38,7 +38,7 @@ from service.tools.generate import (
     host_dataset,
     host_rows,
 )
-from service.tools.modelbuild.common import roc_auc, validate_autoencoder
+from service.tools.modelbuild.common import roc_auc, train_autoencoder, validate_autoencoder
 from service.tools.modelbuild.export import export_onnx, ort_session, run_session, save_onnx
 from service.tools.modelbuild.types import BuiltModel
 
@@ -203,23 +203,6 @@ class HostAutoencoder(nn.Module):
         )
 
 
-def _train(model: HostAutoencoder, x: torch.Tensor, seed: int) -> None:
-    gen = torch.Generator().manual_seed(seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=1e-4)
-    steps = EPOCHS * ((len(x) + BATCH - 1) // BATCH)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=LR, total_steps=steps)
-    model.train()
-    for _ in range(EPOCHS):
-        perm = torch.randperm(len(x), generator=gen)
-        for start in range(0, len(x), BATCH):
-            loss = model.residual(x[perm[start : start + BATCH]]).pow(2).mean()
-            opt.zero_grad(set_to_none=True)
-            loss.backward()  # type: ignore[no-untyped-call]
-            opt.step()
-            sched.step()
-    model.eval()
-
-
 def typical_values(x: np.ndarray) -> dict[str, float]:
     """Median of each feature over normal rows: what a caller fills a missing optional feature with."""
     return {f: round(float(np.median(x[:, i].astype(np.float64))), 6) for i, f in enumerate(HOST_FEATURES)}
@@ -234,7 +217,7 @@ def build(out_dir: pathlib.Path, seed: int) -> BuiltModel:
 
     model = HostAutoencoder()
     model.fit_normalisation(x_train)
-    _train(model, x_train, seed)
+    train_autoencoder(model, x_train, seed, epochs=EPOCHS, batch=BATCH, lr=LR)
     with torch.no_grad():
         model.fit_residual_scale(x_train)
         val_scores = model(x_val)[0].numpy()

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from service.tools.generate import ANOMALY_KINDS, METRIC_FEATURES, EventGenerator
-from service.tools.modelbuild.common import roc_auc, validate_autoencoder
+from service.tools.modelbuild.common import roc_auc, train_autoencoder, validate_autoencoder
 from service.tools.modelbuild.export import export_onnx, ort_session, run_session, save_onnx
 from service.tools.modelbuild.types import BuiltModel
 
@@ -112,23 +112,6 @@ class MetricsAutoencoder(nn.Module):
         self.std.copy_(logged.std(dim=0).clamp(min=1e-6))
 
 
-def _train(model: MetricsAutoencoder, x: torch.Tensor, seed: int) -> None:
-    gen = torch.Generator().manual_seed(seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=1e-4)
-    steps = EPOCHS * ((len(x) + BATCH - 1) // BATCH)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=LR, total_steps=steps)
-    model.train()
-    for _ in range(EPOCHS):
-        perm = torch.randperm(len(x), generator=gen)
-        for start in range(0, len(x), BATCH):
-            loss = model.residual(x[perm[start : start + BATCH]]).pow(2).mean()
-            opt.zero_grad(set_to_none=True)
-            loss.backward()  # type: ignore[no-untyped-call]
-            opt.step()
-            sched.step()
-    model.eval()
-
-
 def build(out_dir: pathlib.Path, seed: int) -> BuiltModel:
     """Generate data, train, calibrate, export to ``out_dir / FILE`` and measure holdout quality with ORT."""
     started = time.perf_counter()
@@ -142,7 +125,7 @@ def build(out_dir: pathlib.Path, seed: int) -> BuiltModel:
     log_mask = torch.tensor([f not in _LINEAR_FEATURES for f in METRIC_FEATURES])
     model = MetricsAutoencoder(len(METRIC_FEATURES), log_mask)
     model.fit_normalisation(x_train)
-    _train(model, x_train, seed)
+    train_autoencoder(model, x_train, seed, epochs=EPOCHS, batch=BATCH, lr=LR)
     with torch.no_grad():
         # Standardise errors per feature: a feature the model reconstructs tightly should count as much
         # when it is off as one with loose reconstructions.
