@@ -18,7 +18,7 @@ from confluent_kafka import KafkaException
 
 from service.assemble import Assembler, rules_for
 from service.config import AssembleSettings, KafkaSettings, Settings, check_run_settings, redact
-from service.engine import RowPlan, blamed_setting, load_model, warm_up
+from service.engine import RowPlan, blamed_setting, load_model, model_setting, warm_up
 from service.errors import EXIT_OK, ConfigError, UnknownTopicError
 from service.flow.assembly import Assembly
 from service.flow.backlog import Backlog
@@ -169,7 +169,7 @@ def run_service(settings: Settings) -> int:
         model = load_model(settings)
         metrics.model_loaded(model.ref.name, model.ref.version, model.ref.provider)
         sizes = {1, settings.batch.min_size, settings.batch.max_size}
-        warm_up(model, sizes, blamed_setting(settings.model))
+        warm_up(model, sizes, blamed_setting(settings.model), model_setting(settings.model))
         health.warmed_up = True
         if not check_topics(source, settings, stopping.is_set):
             source.close()

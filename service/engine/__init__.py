@@ -3,7 +3,7 @@
 Only this package imports onnxruntime.
 """
 
-from service.engine.model import Model, RowPlan, blamed_setting, load_model, warm_up
+from service.engine.model import Model, RowPlan, blamed_setting, load_model, model_setting, warm_up
 from service.engine.providers import choose_providers, cuda_device_count
 from service.engine.session import Engine
 
@@ -15,5 +15,6 @@ __all__ = [
     "choose_providers",
     "cuda_device_count",
     "load_model",
+    "model_setting",
     "warm_up",
 ]

@@ -134,17 +134,29 @@ def _typical(metadata: Mapping[str, str]) -> dict[str, float]:
     return {str(k): float(v) for k, v in value.items()}
 
 
-def warm_up(model: Model, sizes: Iterable[int], setting: str) -> None:
+def warm_up(model: Model, sizes: Iterable[int], setting: str, outputs_setting: str | None = None) -> None:
     """Run each batch size once so the first real batch does not pay for allocation and kernel choice.
     A model that rejects what its processor feeds it is a configuration error, found here at start-up:
-    ConfigError naming ``setting`` (see :func:`blamed_setting`)."""
+    ConfigError naming ``setting`` (see :func:`blamed_setting`); outputs the processor cannot read are one
+    too, naming ``outputs_setting`` (default ``setting``) and the output."""
     processor = model.processor
     for size in sorted(set(sizes)):
         try:
             items = prepare(processor, [processor.sample()] * size)
-            processor.postprocess(model.engine.run(processor.preprocess(items)), items)
+            outputs = model.engine.run(processor.preprocess(items))
         except Exception as exc:
             raise ConfigError(setting, f"the model rejects what its processor feeds it: {exc}") from None
+        try:
+            processor.postprocess(outputs, items)
+        except Exception as exc:
+            raise ConfigError(
+                outputs_setting or setting, f"the processor cannot read the model's outputs: {exc}"
+            ) from None
+
+
+def model_setting(conf: ModelSettings) -> str:
+    """The setting that chose the model (its outputs are the model's own)."""
+    return conf.env("path") if conf.path else conf.env("name")
 
 
 def blamed_setting(conf: ModelSettings) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -106,25 +107,48 @@ def required_field(fields: Fields, text: str, path: tuple[str, ...]) -> Any:
 def rows_to_results(outputs: Tensors, count: int) -> list[ResultOrError]:
     """Generic postprocess: row ``i`` of every output becomes field ``name`` of result ``i``.
 
-    A row with a NaN or infinite value becomes ``invalid_output`` instead of a result.
+    What converters emit is read as it is meant: an ``[N, 1]`` tensor (IsolationForest's ``scores``, a
+    regressor's ``variable``) gives one number per row, not a list of one; a sequence of maps (skl2onnx's
+    default ZipMap ``output_probability``) gives ``{class: probability}`` per row. A row with a NaN or
+    infinite value becomes ``invalid_output`` instead of a result. Raises BatchMismatchError for an output
+    with another number of rows, TypeError (naming the output) for an output of any other type.
     """
-    for name, array in outputs.items():
-        if len(array) != count:
-            raise BatchMismatchError(f"output {name!r} has {len(array)} rows for {count} inputs")
+    columns: list[list[Any]] = []
     bad = np.zeros(count, dtype=bool)
-    for array in outputs.values():
-        if array.dtype.kind == "f":
-            bad |= ~np.isfinite(array.reshape(count, -1)).all(axis=1)
+    for name, value in outputs.items():
+        if isinstance(value, np.ndarray):
+            if len(value) != count:
+                raise BatchMismatchError(f"output {name!r} has {len(value)} rows for {count} inputs")
+            array = value[:, 0] if value.ndim == 2 and value.shape[1] == 1 else value
+            if array.dtype.kind == "f":
+                bad |= ~np.isfinite(array.reshape(count, -1)).all(axis=1)
+            columns.append(array.tolist())
+        elif isinstance(value, list) and all(isinstance(row, dict) for row in value):
+            if len(value) != count:
+                raise BatchMismatchError(f"output {name!r} has {len(value)} rows for {count} inputs")
+            for i, row in enumerate(value):
+                if not all(math.isfinite(v) for v in row.values() if isinstance(v, float)):
+                    bad[i] = True
+            columns.append([dict(row) for row in value])
+        else:
+            raise TypeError(
+                f"output {name!r} is a {_kind(value)}: the service reads tensors and sequences of maps "
+                "(ZipMap), one row per input"
+            )
     names = list(outputs)
-    # Per item: one dict from the row's values (tolist() converts every column to Python at once).
-    results: list[ResultOrError] = [
-        dict(zip(names, row, strict=True))
-        for row in zip(*(a.tolist() for a in outputs.values()), strict=True)
-    ]
+    # Per item: one dict from the row's values (tolist() converted every column to Python at once).
+    results: list[ResultOrError] = [dict(zip(names, row, strict=True)) for row in zip(*columns, strict=True)]
     if bad.any():
         for i in np.flatnonzero(bad).tolist():
             results[i] = InvalidMessage(Reason.INVALID_OUTPUT, "model returned NaN or infinity")
     return results
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, list):
+        inner = {type(v).__name__ for v in value[:3]}
+        return f"sequence of {', '.join(sorted(inner)) or 'nothing'}"
+    return type(value).__name__
 
 
 def setting(info: ModelInfo, key: str, env: str | None = None, *, required: bool = True) -> Any:
