@@ -27,6 +27,8 @@ class Stats:
     padded_cost: int = 0
     rows_scored: int = 0
     rows_incomplete: int = 0
+    assembling: bool = False
+    """Rows have closed: the stats line reports rows from then on."""
     totals: Counter[str] = field(default_factory=Counter)
     """Everything counted since start (the ``stopped`` line reports it)."""
     _latencies: list[np.ndarray] = field(default_factory=list)
@@ -47,6 +49,7 @@ class Stats:
 
     def rows(self, scored: int, incomplete: int) -> None:
         """Assembled rows that closed."""
+        self.assembling = True
         self.rows_scored += scored
         self.rows_incomplete += incomplete
 
@@ -74,12 +77,7 @@ class Stats:
             "dlq": self.dead_letters,
             "dlq_reasons": dict(self.dlq_reasons),
         }
-        if (
-            self.rows_scored
-            or self.rows_incomplete
-            or self.totals["rows_scored"]
-            or self.totals["rows_incomplete"]
-        ):
+        if self.assembling:
             snap["rows"] = self.rows_scored
             snap["rows_incomplete"] = self.rows_incomplete
         self.totals.update(
@@ -111,9 +109,7 @@ class Stats:
             "mean_batch_size": _ratio(t["batched_items"], t["batches"], 2),
             "padding_efficiency": _ratio(t["real_cost"], t["padded_cost"], 3),
             **(
-                {"rows": t["rows_scored"], "rows_incomplete": t["rows_incomplete"]}
-                if t["rows_scored"] or t["rows_incomplete"]
-                else {}
+                {"rows": t["rows_scored"], "rows_incomplete": t["rows_incomplete"]} if self.assembling else {}
             ),
         }
 

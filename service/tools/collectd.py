@@ -13,12 +13,11 @@ from __future__ import annotations
 import ctypes.util
 import re
 import shutil
-import subprocess
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from service.tools.daemons import Daemon, clean_env
+from service.tools.daemons import Daemon
 
 # /usr/sbin is not on a non-root PATH on Debian.
 COLLECTD = shutil.which("collectd") or shutil.which("collectd", path="/usr/sbin:/sbin:/usr/local/sbin")
@@ -160,11 +159,7 @@ class Collectd(Daemon):
         # collectd 5.8-5.12's -t parses nothing and exits 0 (collectd#3216, fixed by #3793): kept for the
         # versions where it works. Everywhere a config that does not parse, or names a plugin that is not
         # there, makes -f exit 1 ("Error: Parsing the config file failed!"), which the wait below reports.
-        check = subprocess.run(
-            [*argv, "-t"], env=clean_env(), capture_output=True, text=True, timeout=30, check=False
-        )
-        if check.returncode != 0:
-            raise RuntimeError(f"collectd -t rejects {self.conf}:\n{check.stderr}{check.stdout}")
+        self.check_config([*argv, "-t"], self.conf)
         proc = self.spawn([*argv, "-f"])
         ready = re.compile(rf"write_kafka plugin: handle created for topic : {re.escape(self.topic)}$", re.M)
         deadline = time.monotonic() + START_TIMEOUT_S

@@ -37,6 +37,15 @@ class Daemon:
     def start(self) -> None:
         raise NotImplementedError
 
+    def check_config(self, argv: Sequence[str], conf: Path) -> None:
+        """Run the daemon's own config check (``argv``, say ``collectd -t``); RuntimeError with its words
+        when it rejects ``conf``."""
+        check = subprocess.run(argv, env=clean_env(), capture_output=True, text=True, timeout=30, check=False)
+        if check.returncode != 0:
+            raise RuntimeError(
+                f"{Path(argv[0]).name} {argv[-1]} rejects {conf}:\n{check.stderr}{check.stdout}"
+            )
+
     def spawn(self, argv: Sequence[str]) -> subprocess.Popen[bytes]:
         """Start ``argv`` with :func:`clean_env`, its output to ``stderr_path`` (a file, not a pipe that
         fills up unread)."""

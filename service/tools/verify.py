@@ -110,16 +110,17 @@ class VerifyReport:
         return {name: self.total(name) for name in names}
 
 
-def _result_source(record: InputRecord, decoder: msgspec.json.Decoder[Any]) -> tuple[str, Key] | None:
+def _result_source(value: Any) -> tuple[str, Key] | None:
+    """Where a result (a decoded value) says its item came from; None when it does not say."""
     try:
-        source = decoder.decode(record.value or b"")["source"]
+        source = value["source"]
         index = source.get("index")
         return source["topic"], (
             int(source["partition"]),
             int(source["offset"]),
             None if index is None else int(index),
         )
-    except (msgspec.DecodeError, KeyError, TypeError, ValueError, AttributeError):
+    except (KeyError, TypeError, ValueError, AttributeError):
         return None
 
 
@@ -194,13 +195,14 @@ def verify(
     }
     decoder: msgspec.json.Decoder[Any] = msgspec.json.Decoder()
     for record in read_to_end(client_conf, output_topic, timeout_s):
-        rows = _row_inputs(_decoded(record, decoder), input_topic)
+        value = _decoded(record, decoder)
+        rows = _row_inputs(value, input_topic)
         if rows is not None:  # an assembled row: it answers each message that fed it, in no offset order
             for key in rows:
                 reports.setdefault(key[0], PartitionReport(key[0])).results += 1
                 answers[key] += 1
             continue
-        found = _result_source(record, decoder)
+        found = _result_source(value)
         if found is None or found[0] != input_topic:
             continue
         key = found[1]

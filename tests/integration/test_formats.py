@@ -7,7 +7,6 @@ Agreement is with the labels ``log-classifier`` gives the same texts as generato
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from collections import Counter
@@ -20,7 +19,7 @@ from service.tools.generate import EventGenerator
 from service.tools.generate.otlp import encode, logs_request
 from service.tools.verify import verify
 from tests.support import rsyslog
-from tests.support.harness import produce, read_topic, start_on_topics
+from tests.support.harness import needs_installed, produce, read_topic, start_on_topics
 from tests.support.labels import agreement, reference_labels
 
 AGREEMENT = 0.95
@@ -113,14 +112,6 @@ def test_otlp_logs_one_result_per_record_with_its_index(
 # -- rsyslog's omkafka ----------------------------------------------------------------------------------
 
 
-def _needs_rsyslog() -> None:
-    reason = rsyslog.missing()
-    if reason:
-        # CI installs the packages (.ci/run): there the test must run.
-        assert not os.environ.get("CI"), reason
-        pytest.skip(reason)
-
-
 def _lines(n: int, seed: int) -> list[str]:
     return [e["message"] for e in EventGenerator(seed).logs(n)]
 
@@ -155,7 +146,7 @@ def _rsyslog_run(tmp_path, kafka_bootstrap, topic_factory, group_id, template, l
 def test_rsyslog_default_template_with_the_syslog_format_and_no_other_setting(
     tmp_path, kafka_bootstrap, topic_factory, group_id
 ):
-    _needs_rsyslog()
+    needs_installed(rsyslog.missing())
     lines = _lines(300, seed=21)
     results, values = _rsyslog_run(
         tmp_path, kafka_bootstrap, topic_factory, group_id, None, lines, input__format="syslog"
@@ -172,7 +163,7 @@ def test_rsyslog_default_template_with_the_syslog_format_and_no_other_setting(
 def test_rsyslog_json_template_with_the_json_format_and_included_fields(
     tmp_path, kafka_bootstrap, topic_factory, group_id
 ):
-    _needs_rsyslog()
+    needs_installed(rsyslog.missing())
     lines = _lines(200, seed=22)
     results, values = _rsyslog_run(
         tmp_path,
@@ -202,9 +193,7 @@ KCAT = shutil.which("kcat")
 
 
 def test_kcat_lines_with_the_text_format(tmp_path, kafka_bootstrap, topic_factory, group_id):
-    if KCAT is None:
-        assert not os.environ.get("CI"), "kcat not found: apt-get install kcat"
-        pytest.skip("kcat not found: apt-get install kcat")
+    needs_installed(None if KCAT else "kcat not found: apt-get install kcat")
     topics = {name: topic_factory(partitions=1, prefix=name) for name in ("in", "out", "dlq")}
     lines = _lines(150, seed=23)
     # kcat -P sends one message per line of its input, without the newline.

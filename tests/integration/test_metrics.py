@@ -5,7 +5,6 @@ hosts, a normal one and one with incidents."""
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 
 import msgspec
@@ -15,18 +14,10 @@ from service.tools import collectd
 from service.tools.generate import HOST_FEATURES, HostSpec, Incident, host_rows
 from service.tools.generate.agents import render
 from service.tools.rowcheck import check_rows, expected_rows, features_of, listed, model_metadata
-from tests.support.harness import end_offsets, produce, read_topic, start_on_topics, wait_for
+from tests.support.harness import end_offsets, needs_installed, produce, read_topic, start_on_topics, wait_for
 
 MAX_FLAGGED = 0.10  # the issue's bar for an idle machine; the aim is 5%
 COLLECTD_ROWS = 25  # intervals of 1 s: rows scored while collectd runs
-
-
-def _needs_collectd() -> None:
-    reason = collectd.missing()
-    if reason:
-        # CI installs the packages (.ci/run): there the test must run.
-        assert not os.environ.get("CI"), reason
-        pytest.skip(reason)
 
 
 def _results(outputs) -> dict[tuple[str, int], dict]:
@@ -44,7 +35,7 @@ def _total(bootstrap: str, topic: str) -> int:
 def test_collectd_on_this_machine_gives_scored_rows_and_few_flags(
     tmp_path, kafka_bootstrap, topics, group_id
 ):
-    _needs_collectd()
+    needs_installed(collectd.missing())
     run = start_on_topics(
         tmp_path,
         kafka_bootstrap,

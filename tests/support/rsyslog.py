@@ -14,7 +14,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from service.tools.daemons import Daemon, clean_env
+from service.tools.daemons import Daemon
 
 # /usr/sbin is not on a non-root PATH on Debian.
 RSYSLOGD = shutil.which("rsyslogd") or shutil.which("rsyslogd", path="/usr/sbin:/sbin:/usr/local/sbin")
@@ -116,11 +116,7 @@ action(type="omfile" file="{self.own_log}")
         # -M: load the modules from where omkafka was found, so the check and the load agree.
         argv = [RSYSLOGD, "-f", str(self.conf), "-M", str(OMKAFKA.parent)]
         # A bad action (say, an unknown template) is only disabled, and rsyslogd runs on: validate first.
-        check = subprocess.run(
-            [*argv, "-N1"], env=clean_env(), capture_output=True, text=True, timeout=30, check=False
-        )
-        if check.returncode != 0:
-            raise RuntimeError(f"rsyslogd -N1 rejects {self.conf}:\n{check.stderr}{check.stdout}")
+        self.check_config([*argv, "-N1"], self.conf)
         proc = self.spawn([*argv, "-n", "-i", str(self.pid_file)])
         deadline = time.monotonic() + START_TIMEOUT_S
         while not self.socket.exists():

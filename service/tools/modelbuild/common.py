@@ -65,7 +65,7 @@ def roc_auc(scores: np.ndarray, labels: np.ndarray) -> float:
     return float(u / (n_pos * n_neg))
 
 
-def validate_autoencoder(name: str, session: Any, model: Any, x: torch.Tensor) -> None:
+def _validate_autoencoder(name: str, session: Any, model: Any, x: torch.Tensor) -> None:
     """An exported anomaly autoencoder (``features`` -> ``score``, ``is_anomaly``, a ``threshold`` buffer)
     must match torch on batch sizes 1, 3 and 16. Raises AssertionError naming ``name``."""
     from service.tools.modelbuild.export import run_session
@@ -101,3 +101,25 @@ def train_autoencoder(model: Any, x: torch.Tensor, seed: int, *, epochs: int, ba
             opt.step()
             sched.step()
     model.eval()
+
+
+def export_autoencoder(
+    model: Any, x: torch.Tensor, path: pathlib.Path, name: str, metadata: dict[str, str]
+) -> Any:
+    """Export an anomaly autoencoder (input ``features`` float32 [batch, n], outputs ``score`` and
+    ``is_anomaly``, a dynamic batch axis) with ``metadata`` to ``path``, check it against torch on rows of
+    ``x``, and return its ONNX Runtime session."""
+    from service.tools.modelbuild.export import export_onnx, ort_session, save_onnx
+
+    onnx_model = export_onnx(
+        model,
+        (x[:4],),
+        input_names=["features"],
+        output_names=["score", "is_anomaly"],
+        dynamic_shapes={"features": {0: torch.export.Dim("batch")}},
+        metadata=metadata,
+    )
+    save_onnx(onnx_model, path)
+    session = ort_session(path)
+    _validate_autoencoder(name, session, model, x)
+    return session

@@ -38,8 +38,8 @@ from service.tools.generate import (
     host_dataset,
     host_rows,
 )
-from service.tools.modelbuild.common import roc_auc, train_autoencoder, validate_autoencoder
-from service.tools.modelbuild.export import export_onnx, ort_session, run_session, save_onnx
+from service.tools.modelbuild.common import export_autoencoder, roc_auc, train_autoencoder
+from service.tools.modelbuild.export import run_session
 from service.tools.modelbuild.types import BuiltModel
 
 if TYPE_CHECKING:
@@ -226,33 +226,22 @@ def build(out_dir: pathlib.Path, seed: int) -> BuiltModel:
 
     threshold = float(model.threshold)
     typical = typical_values(data.x)
-    batch = torch.export.Dim("batch")
-    onnx_model = export_onnx(
-        model,
-        (x_val[:4],),
-        input_names=["features"],
-        output_names=["score", "is_anomaly"],
-        dynamic_shapes={"features": {0: batch}},
-        metadata={
-            "microbatch.name": NAME,
-            "microbatch.version": VERSION,
-            "microbatch.processor": "features",
-            "microbatch.features": json.dumps(list(HOST_FEATURES)),
-            "microbatch.assemble": "host",
-            "microbatch.required": json.dumps(list(HOST_REQUIRED)),
-            "microbatch.typical": json.dumps(typical),
-            "microbatch.threshold": repr(threshold),
-            "microbatch.description": (
-                "Autoencoder anomaly detector over host metrics (OpenTelemetry semantic-convention names; "
-                "one row per host and interval, assembled from collectd, Telegraf or hostmetrics points); "
-                "score = standardised reconstruction error, is_anomaly = score > threshold."
-            ),
-        },
-    )
-    path = out_dir / FILE
-    save_onnx(onnx_model, path)
-    session = ort_session(path)
-    validate_autoencoder(NAME, session, model, x_val)
+    metadata = {
+        "microbatch.name": NAME,
+        "microbatch.version": VERSION,
+        "microbatch.processor": "features",
+        "microbatch.features": json.dumps(list(HOST_FEATURES)),
+        "microbatch.assemble": "host",
+        "microbatch.required": json.dumps(list(HOST_REQUIRED)),
+        "microbatch.typical": json.dumps(typical),
+        "microbatch.threshold": repr(threshold),
+        "microbatch.description": (
+            "Autoencoder anomaly detector over host metrics (OpenTelemetry semantic-convention names; "
+            "one row per host and interval, assembled from collectd, Telegraf or hostmetrics points); "
+            "score = standardised reconstruction error, is_anomaly = score > threshold."
+        ),
+    }
+    session = export_autoencoder(model, x_val, out_dir / FILE, NAME, metadata)
     quality = evaluate(session, seed + HOLDOUT_SEED_OFFSET)
     quality.update(machines(session, seed + MACHINE_SEED_OFFSET))
     quality["threshold"] = round(threshold, 6)

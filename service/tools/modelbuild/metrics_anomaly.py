@@ -22,8 +22,8 @@ import torch
 from torch import nn
 
 from service.tools.generate import ANOMALY_KINDS, METRIC_FEATURES, EventGenerator
-from service.tools.modelbuild.common import roc_auc, train_autoencoder, validate_autoencoder
-from service.tools.modelbuild.export import export_onnx, ort_session, run_session, save_onnx
+from service.tools.modelbuild.common import export_autoencoder, roc_auc, train_autoencoder
+from service.tools.modelbuild.export import run_session
 from service.tools.modelbuild.types import BuiltModel
 
 if TYPE_CHECKING:
@@ -135,29 +135,18 @@ def build(out_dir: pathlib.Path, seed: int) -> BuiltModel:
     train_seconds = time.perf_counter() - started
 
     threshold = float(model.threshold)
-    batch = torch.export.Dim("batch")
-    onnx_model = export_onnx(
-        model,
-        (x_val[:4],),
-        input_names=["features"],
-        output_names=["score", "is_anomaly"],
-        dynamic_shapes={"features": {0: batch}},
-        metadata={
-            "microbatch.name": NAME,
-            "microbatch.version": VERSION,
-            "microbatch.processor": "features",
-            "microbatch.features": json.dumps(list(METRIC_FEATURES)),
-            "microbatch.threshold": repr(threshold),
-            "microbatch.description": (
-                "Autoencoder anomaly detector over host/service metrics; score = standardised "
-                "reconstruction error, is_anomaly = score > threshold."
-            ),
-        },
-    )
-    path = out_dir / FILE
-    save_onnx(onnx_model, path)
-    session = ort_session(path)
-    validate_autoencoder(NAME, session, model, x_val)
+    metadata = {
+        "microbatch.name": NAME,
+        "microbatch.version": VERSION,
+        "microbatch.processor": "features",
+        "microbatch.features": json.dumps(list(METRIC_FEATURES)),
+        "microbatch.threshold": repr(threshold),
+        "microbatch.description": (
+            "Autoencoder anomaly detector over host/service metrics; score = standardised "
+            "reconstruction error, is_anomaly = score > threshold."
+        ),
+    }
+    session = export_autoencoder(model, x_val, out_dir / FILE, NAME, metadata)
     quality = evaluate(session, seed + HOLDOUT_SEED_OFFSET)
     quality["threshold"] = round(threshold, 6)
     return BuiltModel(

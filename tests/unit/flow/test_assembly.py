@@ -59,11 +59,12 @@ def message(*points) -> bytes:
     return msgspec.json.encode(list(points))
 
 
-@pytest.fixture
-def assembly(clock, features_info):
+def build(clock, parse, features=(CPU, MEM)) -> Assembly:
+    """The stage on the real assembler (rows of ``features``, CPU required, closed at once when complete,
+    after 15 s otherwise), with the real telemetry as ``stage.telemetry``."""
     telemetry = Telemetry(Metrics(), Health(60, 60, clock), 3600, clock)
     assembler = Assembler(
-        rules_for([CPU, MEM]),
+        rules_for(list(features)),
         [CPU],
         key=("host",),
         interval_s=10.0,
@@ -73,10 +74,14 @@ def assembly(clock, features_info):
         typical={},
         clock=clock,
     )
-    processor = FeaturesProcessor(features_info([CPU, MEM]))
-    stage = Assembly(PointsFormat(), processor.parse_fields, assembler, 10_000, telemetry)
+    stage = Assembly(PointsFormat(), parse, assembler, 10_000, telemetry)
     stage.telemetry = telemetry
     return stage
+
+
+@pytest.fixture
+def assembly(clock, features_info):
+    return build(clock, FeaturesProcessor(features_info([CPU, MEM])).parse_fields)
 
 
 def points_counted(telemetry: Telemetry) -> dict[str, float]:
@@ -140,24 +145,11 @@ def test_rows_close_into_items_of_their_first_message_or_settle_their_messages(a
     assert items == [] and rejected == [] and settled == [lonely]
 
 
-def test_a_row_the_processor_refuses_is_a_dead_letter_per_message(clock, features_info, make_record):
-    telemetry = Telemetry(Metrics(), Health(60, 60, clock), 3600, clock)
-    assembler = Assembler(
-        rules_for([CPU]),
-        [CPU],
-        key=("host",),
-        interval_s=10.0,
-        max_wait_s=1.0,
-        grace_s=0.0,
-        fill="zero",
-        typical={},
-        clock=clock,
-    )
-
+def test_a_row_the_processor_refuses_is_a_dead_letter_per_message(clock, make_record):
     def refuse(fields):
         raise InvalidMessage(Reason.INVALID_EVENT, "out of range")
 
-    stage = Assembly(PointsFormat(), refuse, assembler, 10_000, telemetry)
+    stage = build(clock, refuse, features=(CPU,))
     records = [make_record(message(cpu(0.1)), offset=o) for o in (0, 1)]
     stage.decode(records)
     items, rejected, settled = stage.due()
