@@ -18,7 +18,7 @@ from tests.support.harness import end_offsets, produce, read_topic
 
 PARTITIONS = 3
 HOSTS = 12
-INTERVALS = 40
+INTERVALS = 60
 INTERVAL_S = 10.0
 INSTANCES = 2
 KILLS = 4
@@ -79,7 +79,7 @@ def test_sigkill_during_assembly_loses_no_message(tmp_path, kafka_bootstrap, top
     with fleet(tmp_path, topics["in"], PARTITIONS, **settings) as f:
         for _ in range(INSTANCES):
             f.start()
-        kill_while_answering(f, rng, KILLS, answered, (15, 60), len(rows), PROGRESS_TIMEOUT_S)
+        kill_while_answering(f, rng, KILLS, answered, (5, 25), len(rows), PROGRESS_TIMEOUT_S)
         drain(f, kafka_bootstrap, group_id, topics["in"], PARTITIONS, DRAIN_TIMEOUT_S)
 
     results = [msgspec.json.decode(o.value) for o in read_topic(kafka_bootstrap, topics["out"], len(rows))]
