@@ -141,9 +141,21 @@ class ModelSettings(Section):
     text_field: str | None = None
     tokenizer: Path | None = None
     max_length: int | None = Field(None, ge=1, le=65_536)
+    padding: Literal["longest", "max_length"] | None = None
+    """``text``: pad each batch to its longest line, or every line to ``max_length`` (a model with a fixed
+    sequence length). Unset: what the tokenizer or the model says, else ``longest``."""
     labels: CsvList | None = None
+    """Class names by position, for any classifier output (docs/MODELS.md, "Outputs")."""
+    outputs: CsvList | None = None
+    """The outputs to put in results, ``output`` or ``output=field`` each; unset: all, under their names."""
+    logits: str | None = None
+    """The output of raw class scores to turn into ``label``, ``score`` and ``probabilities``; unset: one
+    named ``logits``, if any; ``none``: no output."""
+    sample: Path | None = None
+    """A file of sample input values (one per line) run through the whole path at start-up, with no Kafka:
+    a sample that gives no result stops start-up (``microbatch check``)."""
 
-    @field_validator("providers", "features", "labels", mode="before")
+    @field_validator("providers", "features", "labels", "outputs", mode="before")
     @classmethod
     def _split(cls, value: object) -> object:
         return split_list(value)
@@ -167,7 +179,14 @@ class ModelSettings(Section):
             raise ValueError(f"is empty; to read each value whole, set {InputSettings.env('format')}=text")
         return None if value is None else _valid_paths([value])[0]
 
-    @field_validator("path", "tokenizer")
+    @field_validator("outputs")
+    @classmethod
+    def _output_entries(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and any(not entry.partition("=")[0].strip() for entry in value):
+            raise ValueError("an entry names no output (write output or output=field)")
+        return value
+
+    @field_validator("path", "tokenizer", "sample")
     @classmethod
     def _exists(cls, value: Path | None) -> Path | None:
         if value is not None and not value.is_file():

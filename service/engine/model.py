@@ -9,6 +9,7 @@ from pathlib import Path
 import msgspec
 
 from service.config import AssembleSettings, ModelSettings, Settings
+from service.engine.artifacts import read_classifier, read_config
 from service.engine.session import Engine
 from service.errors import ConfigError
 from service.flow.decode import takes_format
@@ -18,7 +19,16 @@ from service.models.reference import choose_model
 from service.processors import ModelInfo, Processor, load_processor, prepare
 
 # The ModelSettings fields a processor may read (ModelInfo.settings); they win over the model's metadata.
-_PROCESSOR_FIELDS = ("features", "text_field", "tokenizer", "max_length", "labels")
+_PROCESSOR_FIELDS = (
+    "features",
+    "text_field",
+    "tokenizer",
+    "max_length",
+    "padding",
+    "labels",
+    "outputs",
+    "logits",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,14 +69,20 @@ def load_model(settings: Settings) -> Model:
         )
     name = choice.name or engine.metadata.get("microbatch.name") or Path(choice.path).stem
     version = choice.version or engine.metadata.get("microbatch.version") or "unversioned"
+    model_dir = Path(choice.path).parent
     info = ModelInfo(
         name=name,
-        model_dir=Path(choice.path).parent,
+        model_dir=model_dir,
         input_names=engine.input_names,
         output_names=engine.output_names,
         metadata=engine.metadata,
         settings={k: getattr(conf, k) for k in _PROCESSOR_FIELDS},
         defaults={"text_field": fmt.text_field} if fmt.text_field else {},
+        inputs=engine.inputs,
+        outputs=engine.outputs,
+        # PyTorch's exporter emits no ONNX-ML classifiers: its (large) graphs need not be parsed again.
+        classifier=None if engine.producer == "pytorch" else read_classifier(Path(choice.path)),
+        config=read_config(model_dir),
     )
     processor = load_processor(conf.processor, info)
     if not takes_format(processor, fmt):

@@ -12,7 +12,7 @@ import structlog
 from service.config import ModelSettings
 from service.engine.providers import choose_providers, cuda_device_count
 from service.errors import ConfigError
-from service.processors.base import Tensors
+from service.processors.base import Port, Tensors
 
 _log = structlog.get_logger("microbatch.engine")
 
@@ -48,9 +48,13 @@ class Engine:
         self.provider: str = self._session.get_providers()[0]
         if self.provider != usable[0]:
             _log.warning("provider_fallback", requested=usable[0], using=self.provider)
-        self.input_names = tuple(i.name for i in self._session.get_inputs())
-        self.output_names = tuple(o.name for o in self._session.get_outputs())
-        self.metadata: dict[str, str] = dict(self._session.get_modelmeta().custom_metadata_map)
+        self.inputs = tuple(_port(i) for i in self._session.get_inputs())
+        self.outputs = tuple(_port(o) for o in self._session.get_outputs())
+        self.input_names = tuple(i.name for i in self.inputs)
+        self.output_names = tuple(o.name for o in self.outputs)
+        meta = self._session.get_modelmeta()
+        self.metadata: dict[str, str] = dict(meta.custom_metadata_map)
+        self.producer: str = meta.producer_name or ""
 
     def run(self, feeds: Tensors) -> Tensors:
         """Run one batch. Raises whatever ONNX Runtime raises (bad input, out of memory): the caller
@@ -61,3 +65,9 @@ class Engine:
     def describe(self) -> dict[str, Any]:
         """For the start-up log line."""
         return {"path": str(self.path), "provider": self.provider, "inputs": self.input_names}
+
+
+def _port(arg: Any) -> Port:
+    """ONNX Runtime's NodeArg as a Port: a dynamic axis is its name (``batch``) or None."""
+    shape = arg.shape if isinstance(arg.shape, list) else []
+    return Port(arg.name, arg.type, tuple(d if isinstance(d, int | str) else None for d in shape))

@@ -16,9 +16,14 @@ _SETTING = ModelSettings.env("processor")
 def load_processor(spec: str | None, info: ModelInfo) -> Processor:
     """Build the processor named by ``spec`` (``features``, ``text`` or ``module:Class``), falling back on
     the model's ``microbatch.processor`` metadata. Raises ConfigError naming the setting at fault."""
-    spec = spec or info.metadata.get("microbatch.processor")
+    spec = spec or info.metadata.get("microbatch.processor") or _fitting(info)
     if not spec:
-        raise ConfigError(_SETTING, "no processor set, and the model has no microbatch.processor metadata")
+        raise ConfigError(
+            _SETTING,
+            "no processor set, the model has no microbatch.processor metadata, and its inputs "
+            f"{[f'{p.name}: {p.type}' for p in info.inputs] or list(info.input_names)} fit neither 'text' "
+            "(input_ids) nor 'features' (one float tensor)",
+        )
     if spec == "features":
         from service.processors.features import FeaturesProcessor
 
@@ -38,3 +43,13 @@ def load_processor(spec: str | None, info: ModelInfo) -> Processor:
     if not isinstance(processor, Processor):
         raise ConfigError(_SETTING, "the class lacks parse/preprocess/postprocess/sample")
     return processor
+
+
+def _fitting(info: ModelInfo) -> str | None:
+    """The built-in processor the model's inputs call for: ``text`` for token ids (a Hugging Face export),
+    ``features`` for one float tensor [N, K] (a converted scikit-learn, LightGBM or XGBoost model)."""
+    if "input_ids" in info.input_names:
+        return "text"
+    if len(info.inputs) == 1 and info.inputs[0].type in ("tensor(float)", "tensor(double)"):
+        return "features"
+    return None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,12 +21,35 @@ ResultOrError = Result | InvalidMessage
 
 
 @dataclass(frozen=True, slots=True)
+class Port:
+    """One declared input or output of the model, as ONNX Runtime reports it: ``type`` like
+    ``tensor(float)`` or ``seq(map(int64,tensor(float)))``; ``shape`` has a name or None for a dynamic axis."""
+
+    name: str
+    type: str
+    shape: tuple[int | str | None, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Classifier:
+    """An ONNX-ML classifier in the graph (``TreeEnsembleClassifier``, ``LinearClassifier``, ...): its class
+    values in order (``classlabels_*``, or a ZipMap's keys), the graph outputs that carry its label and those
+    that carry its per-class scores."""
+
+    classes: tuple[int | str, ...]
+    label_outputs: frozenset[str] = frozenset()
+    score_outputs: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
 class ModelInfo:
     """What a processor may know about the model it feeds.
 
     ``metadata`` is the model's ``microbatch.*`` metadata (see docs/MODELS.md); ``settings`` are the
     ``MICROBATCH_MODEL__*`` values the user set explicitly; ``defaults`` are what the input format says
     (``text_field``: where it puts the log text). Explicit settings win, then the format, then metadata.
+    ``inputs`` and ``outputs`` are the declared ports (empty when unknown), ``classifier`` what the graph says
+    about its classes, ``config`` a Hugging Face ``config.json`` found beside the model (``id2label``).
     """
 
     name: str
@@ -37,6 +59,10 @@ class ModelInfo:
     metadata: Mapping[str, str] = field(default_factory=dict)
     settings: Mapping[str, Any] = field(default_factory=dict)
     defaults: Mapping[str, Any] = field(default_factory=dict)
+    inputs: tuple[Port, ...] = ()
+    outputs: tuple[Port, ...] = ()
+    classifier: Classifier | None = None
+    config: Mapping[str, Any] = field(default_factory=dict)
 
 
 @runtime_checkable
@@ -102,53 +128,6 @@ def required_field(fields: Fields, text: str, path: tuple[str, ...]) -> Any:
     if value is MISSING:
         raise InvalidMessage(Reason.INVALID_EVENT, f"field {text!r} is missing")
     return value
-
-
-def rows_to_results(outputs: Tensors, count: int) -> list[ResultOrError]:
-    """Generic postprocess: row ``i`` of every output becomes field ``name`` of result ``i``.
-
-    What converters emit is read as it is meant: an ``[N, 1]`` tensor (IsolationForest's ``scores``, a
-    regressor's ``variable``) gives one number per row, not a list of one; a sequence of maps (skl2onnx's
-    default ZipMap ``output_probability``) gives ``{class: probability}`` per row. A row with a NaN or
-    infinite value becomes ``invalid_output`` instead of a result. Raises BatchMismatchError for an output
-    with another number of rows, TypeError (naming the output) for an output of any other type.
-    """
-    columns: list[list[Any]] = []
-    bad = np.zeros(count, dtype=bool)
-    for name, value in outputs.items():
-        if isinstance(value, np.ndarray):
-            if len(value) != count:
-                raise BatchMismatchError(f"output {name!r} has {len(value)} rows for {count} inputs")
-            array = value[:, 0] if value.ndim == 2 and value.shape[1] == 1 else value
-            if array.dtype.kind == "f":
-                bad |= ~np.isfinite(array.reshape(count, -1)).all(axis=1)
-            columns.append(array.tolist())
-        elif isinstance(value, list) and all(isinstance(row, dict) for row in value):
-            if len(value) != count:
-                raise BatchMismatchError(f"output {name!r} has {len(value)} rows for {count} inputs")
-            for i, row in enumerate(value):
-                if not all(math.isfinite(v) for v in row.values() if isinstance(v, float)):
-                    bad[i] = True
-            columns.append([dict(row) for row in value])
-        else:
-            raise TypeError(
-                f"output {name!r} is a {_kind(value)}: the service reads tensors and sequences of maps "
-                "(ZipMap), one row per input"
-            )
-    names = list(outputs)
-    # Per item: one dict from the row's values (tolist() converted every column to Python at once).
-    results: list[ResultOrError] = [dict(zip(names, row, strict=True)) for row in zip(*columns, strict=True)]
-    if bad.any():
-        for i in np.flatnonzero(bad).tolist():
-            results[i] = InvalidMessage(Reason.INVALID_OUTPUT, "model returned NaN or infinity")
-    return results
-
-
-def _kind(value: Any) -> str:
-    if isinstance(value, list):
-        inner = {type(v).__name__ for v in value[:3]}
-        return f"sequence of {', '.join(sorted(inner)) or 'nothing'}"
-    return type(value).__name__
 
 
 def setting(info: ModelInfo, key: str, env: str | None = None, *, required: bool = True) -> Any:

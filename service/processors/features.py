@@ -24,9 +24,9 @@ from service.processors.base import (
     Tensors,
     field_paths,
     required_field,
-    rows_to_results,
     setting,
 )
+from service.processors.outputs import results_for
 
 Row = tuple[float, ...]
 
@@ -49,6 +49,11 @@ class FeaturesProcessor:
         self.features: tuple[str, ...] = tuple(features)
         self._paths = field_paths(ModelSettings.env("features"), features)
         self._input = info.input_names[0]
+        ports = {port.name: port for port in info.inputs}
+        declared = ports[self._input].type if self._input in ports else ""
+        self._dtype = np.float64 if declared == "tensor(double)" else np.float32
+        self.fields: tuple[str, ...] = self.features
+        self._results = results_for(info)
         self._decoder: msgspec.json.Decoder[msgspec.Struct] | None = None
         if all(is_flat(path) for _text, path in self._paths):
             # Names need not be identifiers thanks to rename.
@@ -75,10 +80,10 @@ class FeaturesProcessor:
         return _finite(tuple(row))
 
     def preprocess(self, items: Sequence[Row]) -> Tensors:
-        return {self._input: np.asarray(items, dtype=np.float32)}
+        return {self._input: np.asarray(items, dtype=self._dtype)}
 
     def postprocess(self, outputs: Tensors, items: Sequence[Row]) -> list[ResultOrError]:
-        return rows_to_results(outputs, len(items))
+        return self._results(outputs, len(items))
 
     def sample(self) -> Row:
         return (0.0,) * len(self.features)

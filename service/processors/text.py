@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from pathlib import Path
 
 import msgspec
 import numpy as np
@@ -22,53 +23,81 @@ from service.formats.paths import is_flat
 from service.formats.plain import json_object, parse_json
 from service.processors.base import (
     ModelInfo,
+    Port,
     ResultOrError,
     Tensors,
     field_paths,
     required_field,
-    rows_to_results,
     setting,
 )
+from service.processors.outputs import results_for
 
 DEFAULT_MAX_LENGTH = 128
 
 
 class TextProcessor:
-    """Tokenizes with a ``tokenizers`` JSON file; feeds ``input_ids`` (+ ``attention_mask`` if the model
-    takes one); maps an output ``class_index`` to a ``label`` when labels are known.
+    """Tokenizes with a ``tokenizers`` JSON file (WordPiece, BPE or Unigram); feeds ``input_ids`` and, when
+    the model declares them, ``attention_mask`` and ``token_type_ids``, each in its declared integer type.
+
+    The tokenizer is ``MICROBATCH_MODEL__TOKENIZER``, else the model's ``microbatch.tokenizer``, else a
+    ``tokenizer.json`` beside the model (a Hugging Face export). Lines are truncated at
+    ``MICROBATCH_MODEL__MAX_LENGTH``, else the model's ``microbatch.max_length``, else the tokenizer's own
+    truncation, else the model's fixed sequence length, else 128; never beyond a ``config.json``'s
+    ``max_position_embeddings``. A batch is padded to its longest line, or to ``max_length`` when
+    ``MICROBATCH_MODEL__PADDING=max_length``, the tokenizer pads to a fixed length, or the model's sequence
+    axis is fixed. Outputs become results by ``processors.outputs``' rules (logits: a label and a score).
 
     Items go parse (a line) -> prepare (token ids, many lines at once) -> preprocess (a padded batch).
     """
 
     def __init__(self, info: ModelInfo) -> None:
-        path = info.settings.get("tokenizer")
-        if path is None:
-            name = setting(info, "tokenizer")
-            path = info.model_dir / name
-        if not path.is_file():
-            raise ConfigError(ModelSettings.env("tokenizer"), "no such file")
-        max_length = int(setting(info, "max_length", required=False) or DEFAULT_MAX_LENGTH)
-        self.labels: list[str] | None = setting(info, "labels", required=False)
-
-        # tokenizers parallelises encode_batch over a thread pool of its own, whose threads spin and fight
-        # ONNX Runtime's for the same cores (measured on 2 cores: p99 166-201 ms -> 58-83 ms at 3,200
-        # lines/s, and +10% drain throughput, with it off). Set TOKENIZERS_PARALLELISM=true to override.
-        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-        self._tok = Tokenizer.from_file(str(path))
-        self._tok.enable_truncation(max_length)
-        # Padding happens per batch in preprocess, to the batch's longest item, not here.
-        self._tok.no_padding()
-        pad_id = self._tok.token_to_id("[PAD]")
-        self._pad_id = pad_id if pad_id is not None else 0
-
         names = set(info.input_names)
         if "input_ids" not in names:
             raise ConfigError(
                 ModelSettings.env("processor"),
                 f"'text' needs an input_ids input, the model has {sorted(names)}",
             )
-        self._mask = "attention_mask" in names
-        self._types = "token_type_ids" in names
+        path = _tokenizer_path(info)
+        # tokenizers parallelises encode_batch over a thread pool of its own, whose threads spin and fight
+        # ONNX Runtime's for the same cores (measured on 2 cores: p99 166-201 ms -> 58-83 ms at 3,200
+        # lines/s, and +10% drain throughput, with it off). Set TOKENIZERS_PARALLELISM=true to override.
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+        try:
+            self._tok = Tokenizer.from_file(str(path))
+        except Exception as exc:
+            raise ConfigError(ModelSettings.env("tokenizer"), f"cannot read {path.name}: {exc}") from None
+        ports = {port.name: port for port in info.inputs}
+        fixed = _fixed_length(ports.get("input_ids"))
+        own_padding = self._tok.padding or {}
+        own_truncation = self._tok.truncation or {}
+        max_length = int(
+            setting(info, "max_length", required=False)
+            or own_truncation.get("max_length")
+            or fixed
+            or DEFAULT_MAX_LENGTH
+        )
+        positions = info.config.get("max_position_embeddings")
+        if isinstance(positions, int) and positions < max_length:
+            max_length = positions
+        self._tok.enable_truncation(max_length)
+        padding = info.settings.get("padding")
+        if padding is None:
+            padding = "max_length" if own_padding.get("length") or fixed else "longest"
+        self._pad_to = (fixed or max_length) if padding == "max_length" else None
+        # Padding happens per batch in preprocess (to the longest item, or the fixed length), not here.
+        pad_id = own_padding.get("pad_id") if own_padding else None
+        if pad_id is None:
+            pad_id = next(
+                (i for t in ("[PAD]", "<pad>", "<PAD>") if (i := self._tok.token_to_id(t)) is not None), 0
+            )
+        self._tok.no_padding()
+        self._pad_id = int(pad_id)
+        self._dtypes = {
+            name: _INT_TYPES.get(ports[name].type if name in ports else "", np.int64)
+            for name in ("input_ids", "attention_mask", "token_type_ids")
+            if name in names
+        }
+        self._results = results_for(info)
         # After the model's fit: a model that is not a text model is the first thing to fix.
         field = setting(info, "text_field", required=False)
         if not field:
@@ -78,6 +107,7 @@ class TextProcessor:
                 f" the text is (set the field, or {InputSettings.env('format')}=text for whole values)",
             )
         [(self._field, self._path)] = field_paths(ModelSettings.env("text_field"), [field])
+        self.fields: tuple[str, ...] = (self._field,)
         self._decoder: msgspec.json.Decoder[msgspec.Struct] | None = None
         if is_flat(self._path):  # a typed decoder reads the one field in C: the JSON fast path
             event = msgspec.defstruct("TextEvent", [("text", str)], rename={"text": self._path[0]})
@@ -99,33 +129,57 @@ class TextProcessor:
         return [e.ids for e in self._tok.encode_batch(list(texts), add_special_tokens=True)]
 
     def cost(self, ids: list[int]) -> int:
-        """Tokens, the unit of ``MICROBATCH_BATCH__MAX_TOKENS``."""
-        return len(ids)
+        """Tokens, the unit of ``MICROBATCH_BATCH__MAX_TOKENS``: what the item takes once padded."""
+        return self._pad_to or len(ids)
 
     def preprocess(self, items: Sequence[list[int]]) -> Tensors:
-        """Pad the token ids to the longest item of this batch (not to max_length)."""
+        """Pad the token ids to the longest item of this batch (not to max_length), or to the fixed length."""
         lengths = np.fromiter(map(len, items), dtype=np.int64, count=len(items))
-        ids = np.full((len(items), int(lengths.max(initial=1))), self._pad_id, dtype=np.int64)
+        width = self._pad_to or int(lengths.max(initial=1))
+        ids = np.full((len(items), width), self._pad_id, dtype=np.int64)
         for row, item in zip(ids, items, strict=True):
             row[: len(item)] = item
-        tensors = {"input_ids": ids}
-        if self._mask:
-            tensors["attention_mask"] = (np.arange(ids.shape[1]) < lengths[:, None]).astype(np.int64)
-        if self._types:
-            tensors["token_type_ids"] = np.zeros_like(ids)
+        dtypes = self._dtypes
+        tensors = {"input_ids": ids.astype(dtypes["input_ids"], copy=False)}
+        if "attention_mask" in dtypes:
+            mask = np.arange(width) < lengths[:, None]
+            tensors["attention_mask"] = mask.astype(dtypes["attention_mask"])
+        if "token_type_ids" in dtypes:
+            tensors["token_type_ids"] = np.zeros(ids.shape, dtype=dtypes["token_type_ids"])
         return tensors
 
     def postprocess(self, outputs: Tensors, items: Sequence[list[int]]) -> list[ResultOrError]:
-        results = rows_to_results(outputs, len(items))
-        if self.labels and "class_index" in outputs:
-            for result in results:
-                if isinstance(result, dict):
-                    index = result["class_index"]
-                    result["label"] = self.labels[index] if 0 <= index < len(self.labels) else None
-        return results
+        return self._results(outputs, len(items))
 
     def sample(self) -> str:
         return "warm-up line"
+
+
+_INT_TYPES = {"tensor(int64)": np.int64, "tensor(int32)": np.int32}
+
+
+def _tokenizer_path(info: ModelInfo) -> Path:
+    """The setting, else the model's metadata (beside the model), else ``tokenizer.json`` beside it."""
+    path: Path | None = info.settings.get("tokenizer")
+    if path is None:
+        name = setting(info, "tokenizer", required=False)
+        path = info.model_dir / (name or "tokenizer.json")
+        if name is None and not path.is_file():
+            raise ConfigError(
+                ModelSettings.env("tokenizer"),
+                "required: the model names no microbatch.tokenizer and there is no tokenizer.json beside it",
+            )
+    if not path.is_file():
+        raise ConfigError(ModelSettings.env("tokenizer"), f"no such file: {path.name}")
+    return path
+
+
+def _fixed_length(port: Port | None) -> int | None:
+    """The model's sequence length when its ``input_ids`` declares a fixed one ([batch, 128])."""
+    if port is None or len(port.shape) != 2:
+        return None
+    length = port.shape[1]
+    return length if isinstance(length, int) and length > 0 else None
 
 
 def _line(text: str) -> str:

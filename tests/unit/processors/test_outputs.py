@@ -1,4 +1,4 @@
-"""Outputs as converters emit them (``processors.base.rows_to_results``): ``[N, 1]`` tensors, skl2onnx's
+"""Outputs as converters emit them (``processors.outputs``): ``[N, 1]`` tensors, skl2onnx's
 default ZipMap sequence of maps, and a clear error for anything else; on models built here with the ONNX
 helpers and run by ONNX Runtime, as skl2onnx's would be."""
 
@@ -11,8 +11,10 @@ import pytest
 
 from service.config import load_settings
 from service.engine import load_model, model_setting, warm_up
+from service.engine.artifacts import read_classifier
 from service.errors import BatchMismatchError, ConfigError, InvalidMessage
-from service.processors.base import rows_to_results
+from service.processors.base import Classifier, ModelInfo, Port
+from service.processors.outputs import results_for, rows_to_results
 
 onnx = pytest.importorskip("onnx", reason="needs the 'models' extra (onnx)")
 helper, TensorProto = onnx.helper, onnx.TensorProto
@@ -101,3 +103,91 @@ def test_outputs_the_service_cannot_read_stop_start_up_naming_the_model_and_the_
         warm_up(model, [1], "MICROBATCH_MODEL__FEATURES", model_setting(settings.model))
     assert err.value.setting == "MICROBATCH_MODEL__PATH"
     assert "output 'parts' is a sequence of ndarray" in str(err.value)
+
+
+# The rules of processors.outputs, one by one, on what the converters' sessions return.
+
+GBC = Classifier((0, 1), frozenset({"output_label"}), frozenset({"output_probability"}))
+XGB = Classifier((0, 1, 2), frozenset({"label"}), frozenset({"probabilities"}))
+
+
+def _info(ports: dict[str, str], classifier=None, config=None, **settings) -> ModelInfo:
+    return ModelInfo(
+        "m",
+        Path("."),
+        ("features",),
+        tuple(ports),
+        settings=settings,
+        outputs=tuple(Port(name, kind) for name, kind in ports.items()),
+        classifier=classifier,
+        config=config or {},
+    )
+
+
+ZIPMAP_OUTPUTS = {"output_label": "tensor(int64)", "output_probability": "seq(map(int64,tensor(float)))"}
+
+
+def test_a_classifiers_class_values_name_its_per_class_scores():
+    results = results_for(_info({"label": "tensor(int64)", "probabilities": "tensor(float)"}, XGB))
+    out = results({"label": np.array([2]), "probabilities": np.array([[0.25, 0.25, 0.5]], np.float32)}, 1)
+    assert out == [{"label": 2, "probabilities": {0: 0.25, 1: 0.25, 2: 0.5}}]
+
+
+def test_labels_name_the_classes_by_position_in_labels_maps_and_scores():
+    results = results_for(_info(ZIPMAP_OUTPUTS, GBC, labels=["calm", "busy"]))
+    zipmap = [{0: 0.25, 1: 0.75}, {0: 1.0, 1: 0.0}]
+    out = results({"output_label": np.array([1, 0]), "output_probability": zipmap}, 2)
+    assert out == [
+        {"output_label": "busy", "output_probability": {"calm": 0.25, "busy": 0.75}},
+        {"output_label": "calm", "output_probability": {"calm": 1.0, "busy": 0.0}},
+    ]
+
+
+def test_outputs_selects_and_renames_in_the_order_given():
+    results = results_for(_info(ZIPMAP_OUTPUTS, GBC, outputs=["output_probability=p", "output_label=label"]))
+    (out,) = results({"output_label": np.array([1]), "output_probability": [{0: 0.5, 1: 0.5}]}, 1)
+    assert list(out) == ["p", "label"]
+    only = results_for(_info(ZIPMAP_OUTPUTS, GBC, outputs=["output_label"]))
+    assert only({"output_label": np.array([1]), "output_probability": [{}]}, 1) == [{"output_label": 1}]
+
+
+def test_logits_become_label_score_and_probabilities_named_by_id2label():
+    config = {"id2label": {"1": "failure", "0": "routine"}}
+    results = results_for(_info({"logits": "tensor(float)"}, config=config))
+    (out,) = results({"logits": np.array([[0.0, np.log(3.0)]], np.float32)}, 1)
+    assert out["label"] == "failure"
+    assert out["score"] == pytest.approx(0.75)
+    assert out["probabilities"] == pytest.approx({"routine": 0.25, "failure": 0.75})
+    raw = results_for(_info({"logits": "tensor(float)"}, logits="none"))
+    assert raw({"logits": np.array([[1.0, 2.0]], np.float32)}, 1) == [{"logits": [1.0, 2.0]}]
+
+
+def test_logits_of_another_number_of_classes_than_names_say_so():
+    results = results_for(_info({"logits": "tensor(float)"}, labels=["a", "b", "c"]))
+    with pytest.raises(ValueError, match="2 classes for 3 class names"):
+        results({"logits": np.zeros((1, 2), np.float32)}, 1)
+
+
+def test_settings_naming_what_the_model_lacks_stop_start_up():
+    with pytest.raises(ConfigError, match="no output 'probs'") as err:
+        results_for(_info(ZIPMAP_OUTPUTS, GBC, outputs=["probs=p"]))
+    assert err.value.setting == "MICROBATCH_MODEL__OUTPUTS"
+    with pytest.raises(ConfigError, match="3 class names for the model's 2 classes") as err:
+        results_for(_info(ZIPMAP_OUTPUTS, GBC, labels=["a", "b", "c"]))
+    assert err.value.setting == "MICROBATCH_MODEL__LABELS"
+    with pytest.raises(ConfigError) as err:
+        results_for(_info(ZIPMAP_OUTPUTS, logits="scores"))
+    assert err.value.setting == "MICROBATCH_MODEL__LOGITS"
+
+
+def test_the_classifier_is_traced_from_the_graph_outputs_of_a_real_conversion(tmp_path):
+    skl2onnx = pytest.importorskip("skl2onnx", reason="needs the dev extra (skl2onnx)")
+    from sklearn.linear_model import LogisticRegression
+
+    x = np.random.default_rng(0).normal(size=(60, 2)).astype(np.float32)
+    y = np.array(["high", "low", "mid"])[np.digitize(x[:, 0], [-0.5, 0.5])]
+    path = tmp_path / "logreg.onnx"
+    path.write_bytes(skl2onnx.to_onnx(LogisticRegression().fit(x, y), x[:1]).SerializeToString())
+    assert read_classifier(path) == Classifier(
+        ("high", "low", "mid"), frozenset({"output_label"}), frozenset({"output_probability"})
+    )
