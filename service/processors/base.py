@@ -23,7 +23,7 @@ ResultOrError = Result | InvalidMessage
 @dataclass(frozen=True, slots=True)
 class Port:
     """One declared input or output of the model, as ONNX Runtime reports it: ``type`` like
-    ``tensor(float)`` or ``seq(map(int64,tensor(float)))``; ``shape`` has a name or None for a dynamic axis."""
+    ``tensor(float)`` or ``seq(map(int64,tensor(float)))``; ``shape``: a name or None for a dynamic axis."""
 
     name: str
     type: str
