@@ -19,6 +19,7 @@ from confluent_kafka import KafkaException
 from service.assemble import Assembler, rules_for
 from service.config import AssembleSettings, KafkaSettings, Settings, check_run_settings, redact
 from service.engine import RowPlan, blamed_setting, load_model, model_setting, warm_up
+from service.engine.samples import check_at_start
 from service.errors import EXIT_OK, ConfigError, UnknownTopicError
 from service.flow.assembly import Assembly
 from service.flow.backlog import Backlog
@@ -27,6 +28,7 @@ from service.flow.batcher import Batcher
 from service.flow.checkpoint import Checkpoint
 from service.flow.decode import Decoder
 from service.flow.encode import ModelRef
+from service.flow.fields import FieldWatch
 from service.flow.inference import Inference
 from service.flow.inflight import executor_for
 from service.flow.outputs import Outputs
@@ -97,8 +99,13 @@ def build_pipeline(
     decoder: Decoder | Assembly
     if rows is None:
         fmt = load_format(settings.input.format)
+        fields = getattr(processor, "fields", ())
         decoder = Decoder(
-            fmt, processor, settings.input.max_value_bytes, Picker(settings.output.include_fields)
+            fmt,
+            processor,
+            settings.input.max_value_bytes,
+            Picker(settings.output.include_fields),
+            FieldWatch(fields, telemetry.field_never_seen) if fields else None,
         )
     else:
         decoder = Assembly(
@@ -170,6 +177,7 @@ def run_service(settings: Settings) -> int:
         metrics.model_loaded(model.ref.name, model.ref.version, model.ref.provider)
         sizes = {1, settings.batch.min_size, settings.batch.max_size}
         warm_up(model, sizes, blamed_setting(settings.model), model_setting(settings.model))
+        check_at_start(settings, model)
         health.warmed_up = True
         if not check_topics(source, settings, stopping.is_set):
             source.close()

@@ -39,6 +39,9 @@ COMMANDS = {
     "demo": Command(
         "run both reference models on generated traffic and print a summary", "service.tools.demo"
     ),
+    "check": Command(
+        "run sample values through the model with no Kafka and print the results", "service.tools.check"
+    ),
     "verify": Command("check that every input has a result or a dead letter", "service.tools.verify"),
     "bench": Command("benchmark the service against its baselines", "service.tools.bench.command"),
     "sweep": Command("measure throughput and latency per batch size", "service.tools.sweep.command"),

@@ -7,16 +7,17 @@ with a typed decoder, with no intermediate fields.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
 from typing import Any
 
 import msgspec
 
 from service.errors import InvalidMessage, Reason
+from service.flow.fields import FieldWatch
 from service.flow.records import Decoded, InputRecord, Rejection, TopicPartition
 from service.formats import Entry, Format, Picker
-from service.formats.plain import parse_json
+from service.formats.plain import json_object, parse_json
 from service.processors.base import Processor, prepare
 
 Parse = Callable[[bytes], Any]
@@ -116,7 +117,12 @@ class Decoder:
     the whole group. Requires ``takes_format(processor, fmt)``."""
 
     def __init__(
-        self, fmt: Format, processor: Processor, max_value_bytes: int, include: Picker | None = None
+        self,
+        fmt: Format,
+        processor: Processor,
+        max_value_bytes: int,
+        include: Picker | None = None,
+        watch: FieldWatch | None = None,
     ) -> None:
         if not takes_format(processor, fmt):
             raise ValueError(f"this processor cannot read {fmt.name} items: it has no parse_fields")
@@ -130,6 +136,7 @@ class Decoder:
         # processor's fields) unless fields are copied into results, which needs them all decoded.
         self._raw = self._parse_fields is None or (fmt.name == "json" and not self._include)
         self._prepare = partial(prepare, processor) if hasattr(processor, "prepare") else None
+        self._watch = watch
 
     def decode(self, records: Sequence[InputRecord]) -> tuple[list[Decoded], list[Rejection], Counts]:
         """``(accepted, rejected, counts)``, each in consumption order; ``counts`` lists the messages
@@ -137,6 +144,8 @@ class Decoder:
         accepted: list[Decoded] = []
         rejected: list[Rejection] = []
         counts: Counts = []
+        if self._watch is not None and not self._watch.done:
+            self._watched(records)
         if self._raw:
             parse, limit, include, picking = self._parse, self._limit, self._include, bool(self._include)
             for record in records:  # per message: keep it lean
@@ -154,6 +163,22 @@ class Decoder:
             accepted, unprepared = prepare_all(accepted, self._prepare)
             rejected += unprepared
         return accepted, rejected, counts
+
+    def _watched(self, records: Sequence[InputRecord]) -> None:
+        """Show the field watch the first events' fields (decoded once more: only while it watches)."""
+        watch = self._watch
+        assert watch is not None
+        for record in records:
+            if watch.done:
+                return
+            entries: Sequence[object]
+            try:
+                value = record.value or b""
+                entries = [json_object(value)] if self._raw else self._split(value)
+            except Exception:  # decode() rejects it as it should; here it is one event with no fields
+                entries = [{}]
+            for entry in entries:
+                watch.see(entry if isinstance(entry, Mapping) else {})
 
     def due(self) -> tuple[list[Decoded], list[Rejection], list[InputRecord]]:
         """Nothing waits in a plain decoder (only assembled rows do, ``flow.assembly``): always empty."""

@@ -1,4 +1,5 @@
-"""``microbatch models list|verify|build``: the reference models shipped in this folder."""
+"""``microbatch models list|verify|build``: the reference models shipped in this folder.
+``models inspect PATH``: any ONNX file."""
 
 from __future__ import annotations
 
@@ -19,6 +20,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     build.add_argument("--out", type=Path, default=None, help="output folder (default: the package's)")
     build.add_argument("--name", action="append", default=None, help="build only this model (repeatable)")
+    inspect = actions.add_parser(
+        "inspect", help="an ONNX file's inputs, outputs and metadata, and settings to serve it"
+    )
+    inspect.add_argument("path", type=Path, help="the .onnx file")
 
 
 def run(args: argparse.Namespace, _settings: Settings) -> int:
@@ -27,6 +32,13 @@ def run(args: argparse.Namespace, _settings: Settings) -> int:
         for name, entry in sorted(reference.manifest()["models"].items()):
             quality = ", ".join(f"{k}={v}" for k, v in entry.get("quality", {}).items())
             print(f"{name:18} v{entry.get('version')}  {entry['file']}  {entry.get('processor')}  {quality}")
+        return EXIT_OK
+    if args.action == "inspect":
+        if not args.path.is_file():
+            raise UsageError("models inspect", f"no such file: {args.path}")
+        from service.models.inspect import describe
+
+        print(describe(args.path))
         return EXIT_OK
     if args.action == "verify":
         checks = reference.verify()

@@ -132,6 +132,12 @@ class Metrics:
             ["outcome"],
             registry=r,
         )
+        self.fields_never_seen = Counter(
+            f"{p}_fields_never_seen",
+            "Fields the processor reads that none of the first events carried (logged as field_never_seen).",
+            ["field"],
+            registry=r,
+        )
         self.open_rows = Gauge(f"{p}_open_rows", "Assembled rows waiting for their features.", registry=r)
         self.tokens = Counter(f"{p}_tokens", "Tokens in batches, real or padded.", ["kind"], registry=r)
         self.model = Gauge(

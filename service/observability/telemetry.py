@@ -17,6 +17,7 @@ import numpy as np
 import structlog
 
 from service.errors import Reason
+from service.flow.fields import FIRST_EVENTS
 from service.flow.records import LoopState
 from service.observability.health import Health
 from service.observability.metrics import Metrics
@@ -94,6 +95,18 @@ class Telemetry:
 
     def split(self) -> None:
         self.metrics.splits.inc()
+
+    def field_never_seen(self, field: str, closest: list[str]) -> None:
+        """A field the processor reads that none of the first events carried: every event lacking it is a
+        dead letter, so say so loudly, once, with the names the events did carry."""
+        self.metrics.fields_never_seen.labels(field=field).inc()
+        _log.error(
+            "field_never_seen",
+            field=field,
+            events=FIRST_EVENTS,
+            closest=closest,
+            hint="events without it are dead-lettered as invalid_event; check the field's setting",
+        )
 
     def committed(self, ok: bool, seconds: float) -> None:
         if ok:

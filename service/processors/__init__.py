@@ -8,7 +8,7 @@ from service.config import ModelSettings
 from service.errors import ConfigError
 from service.processors.base import ModelInfo, Processor, ResultOrError, Tensors, prepare
 
-__all__ = ["ModelInfo", "Processor", "ResultOrError", "Tensors", "load_processor", "prepare"]
+__all__ = ["ModelInfo", "Processor", "ResultOrError", "Tensors", "fitting", "load_processor", "prepare"]
 
 _SETTING = ModelSettings.env("processor")
 
@@ -16,7 +16,7 @@ _SETTING = ModelSettings.env("processor")
 def load_processor(spec: str | None, info: ModelInfo) -> Processor:
     """Build the processor named by ``spec`` (``features``, ``text`` or ``module:Class``), falling back on
     the model's ``microbatch.processor`` metadata. Raises ConfigError naming the setting at fault."""
-    spec = spec or info.metadata.get("microbatch.processor") or _fitting(info)
+    spec = spec or info.metadata.get("microbatch.processor") or fitting(info)
     if not spec:
         raise ConfigError(
             _SETTING,
@@ -45,7 +45,7 @@ def load_processor(spec: str | None, info: ModelInfo) -> Processor:
     return processor
 
 
-def _fitting(info: ModelInfo) -> str | None:
+def fitting(info: ModelInfo) -> str | None:
     """The built-in processor the model's inputs call for: ``text`` for token ids (a Hugging Face export),
     ``features`` for one float tensor [N, K] (a converted scikit-learn, LightGBM or XGBoost model)."""
     if "input_ids" in info.input_names:

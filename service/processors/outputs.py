@@ -120,7 +120,7 @@ def results_for(info: ModelInfo) -> Results:
         raise ConfigError(
             ModelSettings.env("logits"), f"the model has no output {logits!r}: {list(declared)}"
         )
-    names, source = _names(info)
+    names, source = class_names(info)
     classifier = info.classifier
     if names is not None and classifier is not None and len(names) != len(classifier.classes):
         raise ConfigError(
@@ -153,7 +153,7 @@ def _chosen(spec: Sequence[str] | None, declared: Mapping[str, Port]) -> dict[st
     return chosen
 
 
-def _names(info: ModelInfo) -> tuple[tuple[str, ...] | None, str]:
+def class_names(info: ModelInfo) -> tuple[tuple[str, ...] | None, str]:
     """The class names by position, and the setting to blame for them."""
     given = info.settings.get("labels")
     if given:

@@ -1,0 +1,149 @@
+"""Sample values through the whole path with no Kafka: format, processor, model, result encoding. What
+``microbatch check`` prints and ``MICROBATCH_MODEL__SAMPLE`` checks at start-up."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from service.config import ModelSettings, Settings
+from service.engine.model import Model
+from service.errors import ConfigError, InvalidMessage, Reason
+from service.flow.decode import Decoder
+from service.flow.encode import result_record
+from service.flow.fields import FieldWatch
+from service.flow.records import Decoded, InputRecord
+from service.formats import Picker, load_format
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What one item of sample line ``line`` (from 1) gave: a ``result`` as the service would write it, or a
+    dead letter's ``reason`` and ``message``. ``index`` is the item's position when a value holds many."""
+
+    line: int
+    index: int | None = None
+    result: dict[str, Any] | None = None
+    reason: str | None = None
+    message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    """Every sample's outcomes, in order, and hints: configured fields no sample carries, with the
+    closest names they did carry, and the setting to fix."""
+
+    outcomes: list[Outcome]
+    hints: list[str] = field(default_factory=list)
+
+    @property
+    def failed(self) -> list[Outcome]:
+        return [o for o in self.outcomes if o.result is None]
+
+
+def read_samples(path: Path, whole: bool = False) -> list[bytes]:
+    """The values in ``path``: one per non-empty line (JSON lines, log lines, line protocol), or the whole
+    file as one value (``whole``: a binary OTLP request)."""
+    data = path.read_bytes()
+    if whole:
+        return [data]
+    return [line.rstrip(b"\r") for line in data.split(b"\n") if line.strip()]
+
+
+def run_samples(settings: Settings, model: Model, values: Sequence[bytes]) -> Report:
+    """Decode, batch (at ``MICROBATCH_BATCH__MAX_SIZE``), infer, post-process and encode ``values`` as the
+    service would. Never raises for a bad sample: it is an outcome. Raises ConfigError naming
+    ``MICROBATCH_ASSEMBLE__ENABLED`` for a model whose items are assembled rows (they need points over
+    time: use ``microbatch verify`` on a topic)."""
+    if model.rows is not None:
+        raise ConfigError(
+            settings.assemble.env("enabled"),
+            "samples are read one item per value; assembled rows need agents' points over time "
+            "(run the service and `microbatch verify` its topics)",
+        )
+    processor = model.processor
+    fields: Sequence[str] = getattr(processor, "fields", ())
+    hints: list[str] = []
+    setting = ModelSettings.env("features" if hasattr(processor, "features") else "text_field")
+
+    def hint(name: str, closest: list[str]) -> None:
+        seen = f"; closest names seen: {', '.join(closest)}" if closest else ""
+        hints.append(f"no sample carries field {name!r}{seen} (check {setting})")
+
+    include = Picker(settings.output.include_fields)
+    decoder = Decoder(
+        load_format(settings.input.format),
+        processor,
+        settings.input.max_value_bytes,
+        include,
+        FieldWatch(fields, hint, events=len(values)) if fields else None,
+    )
+    records = [InputRecord("sample", 0, i, None, v, None, None, 0.0) for i, v in enumerate(values)]
+    accepted, rejected, _counts = decoder.decode(records)
+    outcomes = [Outcome(r.record.offset + 1, r.index, None, r.reason.value, r.detail) for r in rejected]
+    size = settings.batch.max_size
+    for start in range(0, len(accepted), size):
+        outcomes += _batch(settings, model, accepted[start : start + size])
+    outcomes.sort(key=lambda o: (o.line, o.index or 0))
+    return Report(outcomes, hints)
+
+
+def _batch(settings: Settings, model: Model, batch: list[Decoded]) -> list[Outcome]:
+    """One batch's outcomes; a batch the model fails on is run item by item, as the service bisects it."""
+    processor = model.processor
+    items = [d.item for d in batch]
+    try:
+        results = processor.postprocess(model.engine.run(processor.preprocess(items)), items)
+    except Exception as exc:
+        if len(batch) > 1:
+            return [o for d in batch for o in _batch(settings, model, [d])]
+        return [_outcome(batch[0], InvalidMessage(Reason.INFERENCE_ERROR, f"{type(exc).__name__}: {exc}"))]
+    return [
+        _outcome(d, _encoded(settings, model, d, r, len(batch))) for d, r in zip(batch, results, strict=True)
+    ]
+
+
+def _encoded(
+    settings: Settings, model: Model, decoded: Decoded, result: Any, batch_size: int
+) -> dict[str, Any] | InvalidMessage:
+    """The ``result`` as the service writes it: one JSON cannot hold is ``invalid_output`` there too."""
+    if not isinstance(result, dict):
+        return result  # type: ignore[no-any-return]
+    try:
+        record = result_record(
+            decoded.record, settings.output.topic, model.ref, result, batch_size, 0, 0, decoded.index
+        )
+    except (TypeError, ValueError) as exc:
+        return InvalidMessage(Reason.INVALID_OUTPUT, f"result cannot be encoded: {exc}")
+    encoded: dict[str, Any] = msgspec.json.decode(record.value or b"")["result"]
+    return encoded
+
+
+def _outcome(decoded: Decoded, result: dict[str, Any] | InvalidMessage) -> Outcome:
+    line, index = decoded.record.offset + 1, decoded.index
+    if isinstance(result, InvalidMessage):
+        return Outcome(line, index, None, result.reason.value, result.detail)
+    return Outcome(line, index, result)
+
+
+def check_at_start(settings: Settings, model: Model) -> None:
+    """``MICROBATCH_MODEL__SAMPLE``: every sample must give a result, else ConfigError naming the setting,
+    the first failing line, its reason and any field hint."""
+    path = settings.model.sample
+    if path is None:
+        return
+    report = run_samples(settings, model, read_samples(path))
+    if not report.outcomes:
+        raise ConfigError(settings.model.env("sample"), "the file holds no sample")
+    if report.failed:
+        first = report.failed[0]
+        hints = f"; {'; '.join(report.hints)}" if report.hints else ""
+        raise ConfigError(
+            settings.model.env("sample"),
+            f"{len(report.failed)} of {len(report.outcomes)} samples give no result; line {first.line}: "
+            f"{first.reason}: {first.message}{hints}",
+        )
