@@ -12,7 +12,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from service.errors import BatchMismatchError, ConfigError, InvalidMessage, Reason
 from service.formats.plain import TextFormat
 from service.processors import Processor, load_processor
-from service.processors.base import ModelInfo, setting
+from service.processors.base import ModelInfo, Port, setting
 from service.processors.features import FeaturesProcessor
 from service.processors.text import TextProcessor
 
@@ -534,3 +534,88 @@ def test_json_with_no_text_field_anywhere_stops_start_up_naming_it(tokenizer_pat
         TextProcessor(text_info(tokenizer_path, defaults={}))
     assert err.value.setting == "MICROBATCH_MODEL__TEXT_FIELD"
     assert "MICROBATCH_INPUT__FORMAT=text" in str(err.value)
+
+
+# -- text models as Hugging Face exports declare them ---------------------------------------------------
+
+
+def hf_info(tokenizer_path: Path, ports: dict[str, tuple[str, tuple]], config=None, **settings):
+    """A Hugging Face-style export: the tokenizer is ``tokenizer.json`` beside the model (no setting, no
+    metadata), the inputs are declared with their types and shapes, ``config`` is its config.json."""
+    return ModelInfo(
+        name="hf",
+        model_dir=tokenizer_path.parent,
+        input_names=tuple(ports),
+        output_names=("logits",),
+        settings=settings,
+        defaults={"text_field": TextFormat.text_field},
+        inputs=tuple(Port(name, kind, shape) for name, (kind, shape) in ports.items()),
+        outputs=(Port("logits", "tensor(float)", ("batch", 3)),),
+        config=config or {},
+    )
+
+
+DYNAMIC = ("batch", "sequence")
+
+
+def test_the_declared_inputs_are_fed_in_their_declared_integer_types(tokenizer_path):
+    ports = {
+        "input_ids": ("tensor(int32)", DYNAMIC),
+        "attention_mask": ("tensor(int32)", DYNAMIC),
+        "token_type_ids": ("tensor(int64)", DYNAMIC),
+    }
+    processor = TextProcessor(hf_info(tokenizer_path, ports))
+    tensors = processor.preprocess(processor.prepare(["disk full", "kernel panic on host"]))
+    assert {k: v.dtype for k, v in tensors.items()} == {
+        "input_ids": np.int32,
+        "attention_mask": np.int32,
+        "token_type_ids": np.int64,
+    }
+    assert tensors["attention_mask"].tolist() == [[1, 1, 0, 0], [1, 1, 1, 1]]
+    assert not tensors["token_type_ids"].any()
+
+
+def test_a_fixed_sequence_length_pads_and_truncates_every_line_to_it(tokenizer_path):
+    processor = TextProcessor(hf_info(tokenizer_path, {"input_ids": ("tensor(int64)", ("batch", 3))}))
+    ids = processor.prepare(["disk full", "user login ok from host"])
+    assert [len(i) for i in ids] == [2, 3]  # truncated at the model's length
+    assert processor.preprocess(ids)["input_ids"].shape == (2, 3)
+    assert processor.cost(ids[0]) == 3  # what it takes once padded
+
+
+def test_max_position_embeddings_caps_the_length_and_padding_can_be_fixed_by_setting(tokenizer_path):
+    ports = {"input_ids": ("tensor(int64)", DYNAMIC)}
+    processor = TextProcessor(
+        hf_info(tokenizer_path, ports, config={"max_position_embeddings": 2}, padding="max_length")
+    )
+    assert processor.preprocess(processor.prepare(["disk"]))["input_ids"].shape == (1, 2)
+
+
+def test_a_tokenizers_own_truncation_and_pad_token_are_kept(tmp_path, tokenizer_path, vocab):
+    tok = Tokenizer.from_file(str(tokenizer_path))
+    tok.enable_truncation(2)
+    tok.enable_padding(pad_id=vocab["[UNK]"], pad_token="[UNK]")
+    tok.save(str(tmp_path / "tokenizer.json"))
+    processor = TextProcessor(hf_info(tmp_path / "tokenizer.json", {"input_ids": ("tensor(int64)", DYNAMIC)}))
+    ids = processor.preprocess(processor.prepare(["disk", "user login ok"]))["input_ids"]
+    assert ids.tolist() == [[vocab["disk"], vocab["[UNK]"]], [vocab["user"], vocab["login"]]]
+
+
+def test_no_tokenizer_anywhere_names_the_setting(tmp_path):
+    info = hf_info(tmp_path / "absent.json", {"input_ids": ("tensor(int64)", DYNAMIC)})
+    with pytest.raises(ConfigError) as err:
+        TextProcessor(info)
+    assert err.value.setting == "MICROBATCH_MODEL__TOKENIZER"
+    assert "no tokenizer.json beside it" in str(err.value)
+
+
+def test_the_processor_follows_the_models_inputs_when_nothing_names_it(tokenizer_path):
+    text = hf_info(tokenizer_path, {"input_ids": ("tensor(int64)", DYNAMIC)})
+    assert isinstance(load_processor(None, text), TextProcessor)
+    features = ModelInfo(
+        "f", Path("."), ("X",), ("y",), settings={"features": ["a"]}, inputs=(Port("X", "tensor(float)"),)
+    )
+    assert isinstance(load_processor(None, features), FeaturesProcessor)
+    images = ModelInfo("i", Path("."), ("pixels", "mask"), ("y",), inputs=(Port("pixels", "tensor(uint8)"),))
+    with pytest.raises(ConfigError, match="fit neither 'text'"):
+        load_processor(None, images)
