@@ -3,6 +3,10 @@ move as the traffic does."""
 
 from __future__ import annotations
 
+import msgspec
+
+from service.engine.session import Engine
+from service.models.reference import MODELS_DIR
 from tests.support.harness import (
     SERVICE_PARTITIONS,
     free_port,
@@ -16,6 +20,9 @@ from tests.support.harness import (
 )
 
 PARTITIONS = SERVICE_PARTITIONS
+REFERENCE_FEATURES = msgspec.json.decode(
+    Engine(MODELS_DIR / "metrics-anomaly.onnx", ["CPUExecutionProvider"]).metadata["microbatch.features"]
+)
 
 
 def test_metrics_and_probes_follow_a_real_run(tmp_path, kafka_bootstrap, topics, group_id):
@@ -72,3 +79,27 @@ def test_metrics_and_probes_follow_a_real_run(tmp_path, kafka_bootstrap, topics,
     assert code == 0, service.log()
     # Stopped: the port is closed with the process.
     assert http_get(port, "/healthz", timeout=1)[0] == 0
+
+
+def test_a_misspelt_feature_is_one_loud_error_naming_the_closest_field_and_a_metric(
+    tmp_path, kafka_bootstrap, topics, group_id
+):
+    port = free_port()
+    features = [f if f != "cpu_pct" else "cpu_pcnt" for f in REFERENCE_FEATURES]
+    service = start_on_topics(
+        tmp_path, kafka_bootstrap, topics, group_id, metrics__port=port, model__features=",".join(features)
+    )
+    try:
+        produce(kafka_bootstrap, topics["in"], metrics_events(150, seed=43))
+        read_topic(kafka_bootstrap, topics["dlq"], expected=150)  # each still a dead letter, as it was
+        wait_for(
+            lambda: scrape(port).get('microbatch_fields_never_seen_total{field="cpu_pcnt"}') == 1,
+            30,
+            "the field counted",
+        )
+    finally:
+        code = service.stop()
+    assert code == 0, service.log()
+    errors = [line for line in service.log().splitlines() if "field_never_seen" in line]
+    assert len(errors) == 1, errors
+    assert "cpu_pcnt" in errors[0] and "cpu_pct" in errors[0]
