@@ -50,7 +50,8 @@ def start_service(log_dir: Path, **settings: str) -> Child:
 
 
 def start_on_topics(tmp_path, kafka_bootstrap, topics, group_id, model="metrics-anomaly", **extra):
-    """The service on the `topics` fixture's topics, as group ``group_id``, serving ``model``."""
+    """The service on the `topics` fixture's topics, as group ``group_id``, serving the reference ``model``
+    (None: the model the settings in ``extra`` choose, e.g. ``model__path``)."""
     return start_service(
         tmp_path,
         kafka__bootstrap_servers=kafka_bootstrap,
@@ -58,7 +59,7 @@ def start_on_topics(tmp_path, kafka_bootstrap, topics, group_id, model="metrics-
         input__topics=topics["in"],
         output__topic=topics["out"],
         dlq__topic=topics["dlq"],
-        model__name=model,
+        **({"model__name": model} if model else {}),
         **extra,
     )
 
