@@ -40,10 +40,12 @@ def describe(path: Path) -> str:
     lines += [f"  {_port(p)}" for p in engine.inputs]
     lines += ["", "outputs"]
     lines += [f"  {_port(p)}  ->  {_reading(p, classifier, names)}" for p in engine.outputs]
+    if classifier is not None or names is not None:
+        lines.append("")
     if classifier is not None:
-        lines += ["", f"classes   {list(classifier.classes)} (from the graph's classifier)"]
+        lines.append(f"classes   {list(classifier.classes)} (from the graph's classifier)")
     if names is not None:
-        lines += [f"names     {list(names)}"]
+        lines.append(f"names     {list(names)}")
     lines += ["", "metadata"]
     lines += [f"  {k} = {_short(v)}" for k, v in sorted(metadata.items())] or ["  (none)"]
     beside = [n for n in ("config.json", "tokenizer.json") if (path.parent / n).is_file()]

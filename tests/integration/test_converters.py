@@ -53,6 +53,7 @@ CASES: dict[str, Callable[[Path], Built]] = {
     "random-forest-regressor": converters.random_forest_regressor,
     "lightgbm": converters.lightgbm_classifier,
     "xgboost": converters.xgboost_classifier,
+    "torch": converters.torch_classifier,
     "bert": converters.bert_classifier,
     "gradient-boosting-binary": lambda folder: converters.gradient_boosting(folder, classes=2),
 }

@@ -90,8 +90,11 @@ def _training_set(classes: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _feature_model(folder: Path, onnx_model: Any, expect: Callable[[np.ndarray], list[Result]]) -> Built:
+    """``onnx_model`` (a ModelProto; None: torch.onnx.export wrote it) as ``model.onnx``, served with the
+    feature names."""
     path = folder / "model.onnx"
-    path.write_bytes(onnx_model.SerializeToString())
+    if onnx_model is not None:
+        path.write_bytes(onnx_model.SerializeToString())
     return Built(
         path=path,
         settings={"model__path": str(path), "model__features": ",".join(FEATURES)},
@@ -223,6 +226,73 @@ def xgboost_classifier(folder: Path) -> Built:
     )
 
     return _feature_model(folder, onx, _classifier(model, "label", "probabilities"))
+
+
+def torch_classifier(folder: Path) -> Built:
+    """(h) A PyTorch MLP (standardisation in the graph, 3 classes) exported with torch.onnx.export: input
+    ``features`` float [batch, 6], output ``logits`` [batch, 3]; the export holds no class names, so the
+    settings name them (``MICROBATCH_MODEL__LABELS``, :data:`LEVEL_NAMES` by position). Result:
+    ``{"label": name, "score": softmax probability of it, "probabilities": {name: p, ...}}``."""
+    import torch
+
+    x, y = _training_set(3)
+    mean, std = x.mean(axis=0), x.std(axis=0) + 1e-9
+
+    class Mlp(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.register_buffer("mean", torch.tensor(mean, dtype=torch.float32))
+            self.register_buffer("std", torch.tensor(std, dtype=torch.float32))
+            self.layers = torch.nn.Sequential(
+                torch.nn.Linear(len(FEATURES), 32), torch.nn.ReLU(), torch.nn.Linear(32, 3)
+            )
+
+        def forward(self, features):
+            return self.layers((features - self.mean) / self.std)
+
+    torch.manual_seed(0)
+    model = Mlp()
+    inputs, target = torch.tensor(x, dtype=torch.float32), torch.tensor(y)
+    with _torch_threads(1):
+        optimiser = torch.optim.Adam(model.parameters(), lr=1e-2)
+        for _step in range(200):
+            loss = torch.nn.functional.cross_entropy(model(inputs), target)
+            optimiser.zero_grad()
+            loss.backward()
+            optimiser.step()
+        model.eval()
+        path = folder / "model.onnx"
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(
+                model,
+                (inputs[:1],),
+                str(path),
+                input_names=["features"],
+                output_names=["logits"],
+                dynamic_axes={"features": {0: "batch"}, "logits": {0: "batch"}},
+                opset_version=OPSET,
+                dynamo=False,
+            )
+
+    def expect(rows: np.ndarray) -> list[Result]:
+        with _torch_threads(1), torch.no_grad():
+            proba = torch.softmax(model(torch.tensor(rows, dtype=torch.float32)), dim=-1).numpy()
+        return [_softmax_result(row, LEVEL_NAMES) for row in proba.astype(np.float64)]
+
+    built = _feature_model(folder, None, expect)
+    labels = {"model__labels": ",".join(LEVEL_NAMES)}
+    return Built(built.path, built.settings | labels, built.items, built.expect)
+
+
+def _softmax_result(row: np.ndarray, names: tuple[str, ...]) -> Result:
+    """What the service makes of one row of logits, from its softmax ``row``."""
+    best = int(row.argmax())
+    return {
+        "label": names[best],
+        "score": float(row[best]),
+        "probabilities": {n: float(p) for n, p in zip(names, row, strict=True)},
+    }
 
 
 # ---------------------------------------------------------------- text (g)
@@ -401,15 +471,7 @@ def bert_classifier(folder: Path) -> Built:
         with _torch_threads(1), torch.no_grad():
             for start in range(0, len(texts), 64):
                 proba = torch.softmax(model(**_encode(tok, texts[start : start + 64])).logits, dim=-1).numpy()
-                for row in proba.astype(np.float64):
-                    best = int(row.argmax())
-                    results.append(
-                        {
-                            "label": TEXT_LABELS[best],
-                            "score": float(row[best]),
-                            "probabilities": {n: float(p) for n, p in zip(TEXT_LABELS, row, strict=True)},
-                        }
-                    )
+                results += [_softmax_result(row, TEXT_LABELS) for row in proba.astype(np.float64)]
         return results
 
     return Built(
