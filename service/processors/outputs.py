@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -47,6 +47,8 @@ class Plan:
     logits: str | None = LOGITS_DEFAULT
     names: tuple[str, ...] | None = None
     classifier: Classifier | None = None
+    types: Mapping[str, str] = field(default_factory=dict)
+    """The outputs' declared types (``seq(tensor(float))``), for errors."""
 
 
 class Results:
@@ -68,8 +70,13 @@ class Results:
             reader = self._readers.get(name)
             if reader is None:
                 reader = self._readers[name] = self._reader(name)
-            for field, column in reader(outputs[name], count, bad):
-                fields.append(field)
+            try:
+                read = reader(outputs[name], count, bad)
+            except TypeError as exc:
+                declared = self._plan.types.get(name)
+                raise TypeError(f"{exc} (declared {declared})" if declared else str(exc)) from None
+            for field_name, column in read:
+                fields.append(field_name)
                 columns.append(column)
         # Per item: one dict from the row's values (tolist() converted every column to Python at once).
         results: list[ResultOrError] = [
@@ -84,23 +91,26 @@ class Results:
 
     def _reader(self, output: str) -> Reader:
         plan = self._plan
-        field = output if plan.chosen is None else plan.chosen[output]
+        target = output if plan.chosen is None else plan.chosen[output]
         classifier = plan.classifier
         classes = classifier.classes if classifier else ()
         names: Sequence[Any] | None = plan.names or (classes or None)
         if output == plan.logits:
             return lambda value, count, bad: _logits(output, value, count, bad, plan.names)
         if classifier and names is not None and output in classifier.score_outputs:
-            return lambda value, count, bad: [(field, _per_class(output, value, count, bad, names, classes))]
+            return lambda value, count, bad: [(target, _per_class(output, value, count, bad, names, classes))]
         if classifier and plan.names and output in classifier.label_outputs:
             position = {c: i for i, c in enumerate(classes)}
             named = plan.names
             return lambda value, count, bad: [
-                (field, [named[position[c]] for c in _rows(output, value, count, bad)])
+                (
+                    target,
+                    [named[position[c]] if c in position else c for c in _rows(output, value, count, bad)],
+                )
             ]
         if output == "class_index" and plan.names:
-            return lambda value, count, bad: _class_index(output, field, value, count, bad, plan.names or ())
-        return lambda value, count, bad: [(field, _plain(output, value, count, bad, plan.names, classes))]
+            return lambda value, count, bad: _class_index(output, target, value, count, bad, plan.names or ())
+        return lambda value, count, bad: [(target, _plain(output, value, count, bad, plan.names, classes))]
 
 
 def results_for(info: ModelInfo) -> Results:
@@ -128,7 +138,8 @@ def results_for(info: ModelInfo) -> Results:
             f"{len(names)} class names for the model's {len(classifier.classes)} classes "
             f"{list(classifier.classes)}",
         )
-    return Results(Plan(chosen, logits, names, classifier))
+    types = {name: port.type for name, port in declared.items() if port.type}
+    return Results(Plan(chosen, logits, names, classifier, types))
 
 
 def rows_to_results(outputs: Tensors, count: int) -> list[ResultOrError]:
@@ -240,11 +251,11 @@ def _per_class(
 
 
 def _class_index(
-    output: str, field: str, value: Any, count: int, bad: np.ndarray, names: Sequence[str]
+    output: str, target: str, value: Any, count: int, bad: np.ndarray, names: Sequence[str]
 ) -> list[tuple[str, Column]]:
     indices = _rows(output, value, count, bad)
     last = len(names)
-    return [(field, indices), ("label", [names[i] if 0 <= i < last else None for i in indices])]
+    return [(target, indices), ("label", [names[i] if 0 <= i < last else None for i in indices])]
 
 
 def _logits(

@@ -103,6 +103,7 @@ def test_outputs_the_service_cannot_read_stop_start_up_naming_the_model_and_the_
         warm_up(model, [1], "MICROBATCH_MODEL__FEATURES", model_setting(settings.model))
     assert err.value.setting == "MICROBATCH_MODEL__PATH"
     assert "output 'parts' is a sequence of ndarray" in str(err.value)
+    assert "(declared seq(tensor(float)))" in str(err.value)
 
 
 # The rules of processors.outputs, one by one, on what the converters' sessions return.

@@ -619,3 +619,27 @@ def test_the_processor_follows_the_models_inputs_when_nothing_names_it(tokenizer
     images = ModelInfo("i", Path("."), ("pixels", "mask"), ("y",), inputs=(Port("pixels", "tensor(uint8)"),))
     with pytest.raises(ConfigError, match="fit neither 'text'"):
         load_processor(None, images)
+
+
+@pytest.mark.parametrize("kind", ["bpe", "unigram"])
+def test_bpe_and_unigram_tokenizers_serve_with_their_own_pad_token(tmp_path, kind):
+    """RoBERTa- and T5-style vocabularies: ``<pad>`` is not id 0, and the processor pads with it."""
+    special = ["<s>", "</s>", "<unk>", "<pad>"]
+    if kind == "bpe":
+        tok = Tokenizer(models.BPE(unk_token="<unk>"))
+        trainer = trainers.BpeTrainer(special_tokens=special, vocab_size=200)
+    else:
+        tok = Tokenizer(models.Unigram())
+        trainer = trainers.UnigramTrainer(special_tokens=special, unk_token="<unk>", vocab_size=100)
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.train_from_iterator(CORPUS, trainer)
+    tok.save(str(tmp_path / "tokenizer.json"))
+    pad = tok.token_to_id("<pad>")
+    assert pad != 0
+    ports = {"input_ids": ("tensor(int64)", DYNAMIC), "attention_mask": ("tensor(int64)", DYNAMIC)}
+    processor = TextProcessor(hf_info(tmp_path / "tokenizer.json", ports))
+    lines = ["disk full", "user login ok from host"]
+    tensors = processor.preprocess(processor.prepare(lines))
+    short = len(tok.encode(lines[0]).ids)
+    assert tensors["input_ids"][0, short:].tolist() == [pad] * (tensors["input_ids"].shape[1] - short)
+    assert tensors["attention_mask"][0].sum() == short
