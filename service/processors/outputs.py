@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from service.config import ModelSettings
@@ -169,8 +170,6 @@ def class_names(info: ModelInfo) -> tuple[tuple[str, ...] | None, str]:
     path = ModelSettings.env("path")
     raw = info.metadata.get("microbatch.labels")
     if raw is not None:
-        import msgspec
-
         labels = msgspec.json.decode(raw)
         if not isinstance(labels, list):
             raise ConfigError(path, "the model's microbatch.labels is not a JSON list")
