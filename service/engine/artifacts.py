@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import structlog
+
 from service.config import ModelSettings
 from service.errors import ConfigError
 from service.processors.base import Classifier
@@ -15,18 +17,21 @@ from service.processors.base import Classifier
 _CLASSIFIERS = frozenset({"TreeEnsembleClassifier", "LinearClassifier", "SVMClassifier"})
 # Ops a converter puts between a classifier and the graph's outputs that keep what a value means.
 _KEEPING = frozenset({"Identity", "Cast", "ZipMap", "Normalizer", "Softmax", "Reshape", "Flatten"})
+_log = structlog.get_logger("microbatch.engine")
 _LABEL_ATTRIBUTES = ("classlabels_strings", "classlabels_int64s", "classlabels_ints")
 
 
 def read_classifier(path: Path) -> Classifier | None:
     """The graph's classifier, traced from each graph output back through the ops that keep its meaning;
-    None for a graph with none. External weights are not read (only the graph's nodes matter)."""
+    None for a graph with none, or one the ``onnx`` parser cannot read (a warning is logged: ONNX Runtime
+    could, so the model serves, its classes unnamed). External weights are not read."""
     import onnx
 
     try:
         graph = onnx.load(str(path), load_external_data=False).graph
-    except Exception as exc:  # ONNX Runtime read it; this is a second, stricter parser
-        raise ConfigError(ModelSettings.env("path"), f"cannot read the model's graph: {exc}") from None
+    except Exception as exc:  # ONNX Runtime read it: serve it without class names rather than refuse it
+        _log.warning("graph_unreadable", path=str(path), error=f"{type(exc).__name__}: {exc}"[:300])
+        return None
     producers = {out: node for node in graph.node for out in node.output}
     classes: tuple[int | str, ...] = ()
     labels: set[str] = set()
@@ -38,7 +43,11 @@ def read_classifier(path: Path) -> Classifier | None:
                 classes = classes or _classes(node)
             name = node.input[0]
             node = producers.get(name)
-        if node is not None and node.op_type in _CLASSIFIERS:
+        if node is not None and node.op_type == "ArrayFeatureExtractor":
+            # skl2onnx's label of a classifier without an ONNX-ML node (MLP, SGD, k-NN): the class table
+            # looked up at the arg-max; its classes are the ZipMap's.
+            labels.add(output.name)
+        elif node is not None and node.op_type in _CLASSIFIERS:
             classes = _classes(node) or classes
             position = list(node.output).index(name)
             (labels if position == 0 else scores).add(output.name)

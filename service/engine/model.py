@@ -20,6 +20,8 @@ from service.processors import ModelInfo, Processor, load_processor, prepare
 
 # The ModelSettings fields a processor may read (ModelInfo.settings); they win over the model's metadata.
 _PROCESSOR_FIELDS = (
+    "name",
+    "path",
     "features",
     "text_field",
     "tokenizer",

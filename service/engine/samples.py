@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,18 +46,23 @@ class Report:
         return [o for o in self.outcomes if o.result is None]
 
 
-def read_samples(path: Path, whole: bool = False) -> list[bytes]:
+Samples = list[tuple[int, bytes]]
+"""``(line, value)``: each value with its line in the file, from 1."""
+
+
+def read_samples(path: Path, whole: bool = False) -> Samples:
     """The values in ``path``: one per non-empty line (JSON lines, log lines, line protocol), or the whole
     file as one value (``whole``: a binary OTLP request)."""
     data = path.read_bytes()
     if whole:
-        return [data]
-    return [line.rstrip(b"\r") for line in data.split(b"\n") if line.strip()]
+        return [(1, data)]
+    lines = data.split(b"\n")
+    return [(n, line.rstrip(b"\r")) for n, line in enumerate(lines, 1) if line.strip()]
 
 
-def run_samples(settings: Settings, model: Model, values: Sequence[bytes]) -> Report:
-    """Decode, batch (at ``MICROBATCH_BATCH__MAX_SIZE``), infer, post-process and encode ``values`` as the
-    service would. Never raises for a bad sample: it is an outcome. Raises ConfigError naming
+def run_samples(settings: Settings, model: Model, samples: Samples) -> Report:
+    """Decode, batch (at ``MICROBATCH_BATCH__MAX_SIZE``), infer, post-process and encode the samples' values
+    as the service would. Never raises for a bad sample: it is an outcome. Raises ConfigError naming
     ``MICROBATCH_ASSEMBLE__ENABLED`` for a model whose items are assembled rows (they need points over
     time: use ``microbatch verify`` on a topic)."""
     if model.rows is not None:
@@ -74,17 +80,21 @@ def run_samples(settings: Settings, model: Model, values: Sequence[bytes]) -> Re
         seen = f"; closest names seen: {', '.join(closest)}" if closest else ""
         hints.append(f"no sample carries field {name!r}{seen} (check {setting})")
 
-    include = Picker(settings.output.include_fields)
+    # Every item is watched; finish() reports once all are seen.
+    watch = FieldWatch(fields, hint, events=sys.maxsize) if fields else None
     decoder = Decoder(
         load_format(settings.input.format),
         processor,
         settings.input.max_value_bytes,
-        include,
-        FieldWatch(fields, hint, events=len(values)) if fields else None,
+        Picker(settings.output.include_fields),
+        watch,
     )
-    records = [InputRecord("sample", 0, i, None, v, None, None, 0.0) for i, v in enumerate(values)]
+    # The offset is the line: outcomes say where each sample is in the file.
+    records = [InputRecord("sample", 0, line, None, v, None, None, 0.0) for line, v in samples]
     accepted, rejected, _counts = decoder.decode(records)
-    outcomes = [Outcome(r.record.offset + 1, r.index, None, r.reason.value, r.detail) for r in rejected]
+    if watch is not None:
+        watch.finish()  # a value may hold many items, or none
+    outcomes = [Outcome(r.record.offset, r.index, None, r.reason.value, r.detail) for r in rejected]
     size = settings.batch.max_size
     for start in range(0, len(accepted), size):
         outcomes += _batch(settings, model, accepted[start : start + size])
@@ -124,7 +134,7 @@ def _encoded(
 
 
 def _outcome(decoded: Decoded, result: dict[str, Any] | InvalidMessage) -> Outcome:
-    line, index = decoded.record.offset + 1, decoded.index
+    line, index = decoded.record.offset, decoded.index
     if isinstance(result, InvalidMessage):
         return Outcome(line, index, None, result.reason.value, result.detail)
     return Outcome(line, index, result)

@@ -34,20 +34,29 @@ class FieldWatch:
     def done(self) -> bool:
         return self._left <= 0
 
+    def finish(self) -> None:
+        """Report now, on the events seen so far (fewer than ``events``: a sample file)."""
+        if self._left > 0:
+            self._left = 0
+            self._report_missing()
+
     def see(self, fields: Mapping[str, Any]) -> None:
         if self._left <= 0:
             return
         self._left -= 1
-        if self._missing:
+        if self._missing and fields:
             self._missing -= {t for t, path in self._paths if lookup(fields, path) is not MISSING}
             if len(self._seen) < _NAMES_KEPT:
                 _names(fields, "", 1, self._seen)
         if self._left == 0:
-            # A field the processor also reads is not the misspelling of another.
-            configured = {text for text, _path in self._paths}
-            seen = [name for name in self._seen if name not in configured]
-            for text in sorted(self._missing):
-                self._report(text, difflib.get_close_matches(text, seen, n=3))
+            self._report_missing()
+
+    def _report_missing(self) -> None:
+        # A field the processor also reads is not the misspelling of another.
+        configured = {text for text, _path in self._paths}
+        seen = [name for name in self._seen if name not in configured]
+        for text in sorted(self._missing):
+            self._report(text, difflib.get_close_matches(text, seen, n=3))
 
 
 def _names(fields: Mapping[str, Any], prefix: str, depth: int, into: dict[str, None]) -> None:

@@ -69,6 +69,8 @@ def _reading(port: Port, classifier: Classifier | None, names: tuple[str, ...] |
         return f"{port.name}: {{class: probability}} (ZipMap)"
     if classifier and port.name in classifier.score_outputs:
         return f"{port.name}: {{class: probability}} (the classifier's scores)"
+    if port.name == "class_index" and names:
+        return "class_index, and label: the name of the class at that index"
     if classifier and port.name in classifier.label_outputs:
         return f"{port.name}: the class{' name' if names else ''}"
     if port.type.startswith("tensor("):

@@ -130,6 +130,14 @@ def required_field(fields: Fields, text: str, path: tuple[str, ...]) -> Any:
     return value
 
 
+def rows_to_results(outputs: Tensors, count: int) -> list[ResultOrError]:
+    """Every output under its own name, one result per row (kept here for processors written against it;
+    ``processors.outputs.results_for(info)`` applies all the rules, class names and settings too)."""
+    from service.processors.outputs import rows_to_results as plain
+
+    return plain(outputs, count)
+
+
 def setting(info: ModelInfo, key: str, env: str | None = None, *, required: bool = True) -> Any:
     """A processor option: the explicit setting, else the input format's default, else the model's
     ``microbatch.<key>`` metadata.

@@ -114,11 +114,11 @@ class Results:
 def results_for(info: ModelInfo) -> Results:
     """The output rules for the model ``info`` describes, from the ``MICROBATCH_MODEL__*`` settings it carries
     (``outputs``, ``logits``, ``labels``), its metadata and its files. Raises ConfigError naming the setting
-    at fault: an output the model does not have, names that do not match the classifier's classes."""
+    at fault: an output the model does not have, two outputs giving one field, names that do not match the
+    classes of the classifier or of the logits. No message quotes a setting's value."""
     declared = {port.name: port for port in info.outputs} or {
         name: Port(name, "") for name in info.output_names
     }
-    chosen = _chosen(info.settings.get("outputs"), declared)
     logits = info.settings.get("logits")
     if logits is None:
         logits = LOGITS_DEFAULT if LOGITS_DEFAULT in declared else None
@@ -126,8 +126,9 @@ def results_for(info: ModelInfo) -> Results:
         logits = None
     elif logits not in declared:
         raise ConfigError(
-            ModelSettings.env("logits"), f"the model has no output {logits!r}: {list(declared)}"
+            ModelSettings.env("logits"), f"names no output of the model (its outputs: {list(declared)})"
         )
+    chosen = _chosen(info.settings.get("outputs"), declared, logits)
     names, source = class_names(info)
     classifier = info.classifier
     if names is not None and classifier is not None and len(names) != len(classifier.classes):
@@ -136,30 +137,63 @@ def results_for(info: ModelInfo) -> Results:
             f"{len(names)} class names for the model's {len(classifier.classes)} classes "
             f"{list(classifier.classes)}",
         )
+    if names is not None and logits is not None:
+        width = declared[logits].shape[-1] if declared[logits].shape else None
+        if isinstance(width, int) and width != len(names):
+            raise ConfigError(source, f"{len(names)} class names for the {width} logits of output {logits!r}")
+    _distinct(chosen or {name: name for name in declared}, logits, names is not None)
     types = {name: port.type for name, port in declared.items() if port.type}
     return Results(Plan(chosen, logits, names, classifier, types))
 
 
 def rows_to_results(outputs: Tensors, count: int) -> list[ResultOrError]:
-    """The rules with nothing known about the model: every output, under its own name."""
-    return Results()(outputs, count)
+    """The rules with nothing known about the model: every output under its own name (logits too)."""
+    return _PLAIN(outputs, count)
 
 
-def _chosen(spec: Sequence[str] | None, declared: Mapping[str, Port]) -> dict[str, str] | None:
-    """``MICROBATCH_MODEL__OUTPUTS``: ``output`` or ``output=field`` entries."""
+def _chosen(
+    spec: Sequence[str] | None, declared: Mapping[str, Port], logits: str | None
+) -> dict[str, str] | None:
+    """``MICROBATCH_MODEL__OUTPUTS``: ``output`` or ``output=target`` entries."""
     if spec is None:
         return None
     setting = ModelSettings.env("outputs")
     chosen: dict[str, str] = {}
-    for entry in spec:
-        output, _, field = entry.partition("=")
-        output, field = output.strip(), field.strip() or output.strip()
+    for number, entry in enumerate(spec, 1):
+        output, renamed, target = entry.partition("=")
+        output, target = output.strip(), target.strip() or output.strip()
         if output not in declared:
-            raise ConfigError(setting, f"the model has no output {output!r}: {list(declared)}")
-        if field in chosen.values():
-            raise ConfigError(setting, f"two outputs named {field!r}")
-        chosen[output] = field
+            raise ConfigError(
+                setting, f"entry {number} names no output of the model (its outputs: {list(declared)})"
+            )
+        if renamed and output == logits:
+            raise ConfigError(
+                setting,
+                f"entry {number} renames the logits output, whose fields are label, score and probabilities",
+            )
+        chosen[output] = target
     return chosen
+
+
+def _distinct(chosen: Mapping[str, str], logits: str | None, named: bool) -> None:
+    """Every result target comes from one output: ConfigError naming ``OUTPUTS`` (or ``LOGITS``) if not."""
+    seen: dict[str, str] = {}
+    for output, target in chosen.items():
+        if output == logits:
+            fields = ["label", "score", "probabilities"]
+        elif output == "class_index" and named:
+            fields = [target, "label"]
+        else:
+            fields = [target]
+        for one in fields:
+            if one in seen:
+                setting = ModelSettings.env("logits" if logits in (output, seen[one]) else "outputs")
+                raise ConfigError(
+                    setting,
+                    f"outputs {seen[one]!r} and {output!r} both give the result field {one!r} "
+                    f"(choose or rename with {ModelSettings.env('outputs')})",
+                )
+            seen[one] = output
 
 
 def class_names(info: ModelInfo) -> tuple[tuple[str, ...] | None, str]:
@@ -167,10 +201,16 @@ def class_names(info: ModelInfo) -> tuple[tuple[str, ...] | None, str]:
     given = info.settings.get("labels")
     if given:
         return tuple(str(n) for n in given), ModelSettings.env("labels")
-    path = ModelSettings.env("path")
+    # The model's own names: blame the setting that chose the model.
+    path = ModelSettings.env(
+        "name" if info.settings.get("name") and not info.settings.get("path") else "path"
+    )
     raw = info.metadata.get("microbatch.labels")
     if raw is not None:
-        labels = msgspec.json.decode(raw)
+        try:
+            labels = msgspec.json.decode(raw)
+        except msgspec.DecodeError:
+            labels = None
         if not isinstance(labels, list):
             raise ConfigError(path, "the model's microbatch.labels is not a JSON list")
         return tuple(str(n) for n in labels), path
@@ -188,7 +228,7 @@ def class_names(info: ModelInfo) -> tuple[tuple[str, ...] | None, str]:
 
 def _rows(output: str, value: Any, count: int, bad: set[int]) -> Column:
     """A tensor's rows as Python values: ``[N, 1]`` as one value per row; non-finite rows marked bad."""
-    if not isinstance(value, np.ndarray):
+    if not isinstance(value, np.ndarray) or value.ndim == 0:
         raise TypeError(f"output {output!r} is a {_kind(value)}: the service reads {SUPPORTED}")
     if len(value) != count:
         raise BatchMismatchError(f"output {output!r} has {len(value)} rows for {count} inputs")
@@ -240,6 +280,10 @@ def _per_class(
     """A classifier's scores, ``{class: probability}`` per row, from ZipMap's maps or an ``[N, K]`` tensor."""
     if isinstance(value, list):
         return _maps(output, value, count, bad, names, classes)
+    if not isinstance(value, np.ndarray) or value.ndim != 2:
+        raise TypeError(
+            f"output {output!r} holds a classifier's scores, but is a {_kind(value)}, not [N, classes]"
+        )
     rows = _rows(output, value, count, bad)
     if rows and len(rows[0]) != len(names):
         raise ValueError(f"output {output!r} has {len(rows[0])} classes for {len(names)} class names")
@@ -249,6 +293,8 @@ def _per_class(
 def _class_index(
     output: str, target: str, value: Any, count: int, bad: set[int], names: Sequence[str]
 ) -> list[tuple[str, Column]]:
+    if not isinstance(value, np.ndarray) or value.dtype.kind not in "iu":
+        raise TypeError(f"output {output!r} is read as class indices, but is a {_kind(value)}, not integers")
     indices = _rows(output, value, count, bad)
     last = len(names)
     return [(target, indices), ("label", [names[i] if 0 <= i < last else None for i in indices])]
@@ -279,6 +325,9 @@ def _logits(
     scores = probabilities[np.arange(count), best].tolist()
     per_class = [dict(zip(keys, row, strict=True)) for row in probabilities.tolist()]
     return [("label", labels), ("score", scores), ("probabilities", per_class)]
+
+
+_PLAIN = Results(Plan(logits=None))
 
 
 def _kind(value: Any) -> str:

@@ -42,10 +42,11 @@ class TextProcessor:
     The tokenizer is ``MICROBATCH_MODEL__TOKENIZER``, else the model's ``microbatch.tokenizer``, else a
     ``tokenizer.json`` beside the model (a Hugging Face export). Lines are truncated at
     ``MICROBATCH_MODEL__MAX_LENGTH``, else the model's ``microbatch.max_length``, else the tokenizer's own
-    truncation, else the model's fixed sequence length, else 128; never beyond a ``config.json``'s
-    ``max_position_embeddings``. A batch is padded to its longest line, or to ``max_length`` when
-    ``MICROBATCH_MODEL__PADDING=max_length``, the tokenizer pads to a fixed length, or the model's sequence
-    axis is fixed. Outputs become results by ``processors.outputs``' rules (logits: a label and a score).
+    truncation, else the fixed length, else 128; never beyond the fixed length (the model's sequence axis,
+    else the length the tokenizer pads to) or a ``config.json``'s ``max_position_embeddings``. A batch is
+    padded to its longest line, or every line to the fixed length, or to ``max_length`` with
+    ``MICROBATCH_MODEL__PADDING=max_length``. Outputs become results by ``processors.outputs``' rules
+    (logits: a label and a score).
 
     Items go parse (a line) -> prepare (token ids, many lines at once) -> preprocess (a padded batch).
     """
@@ -67,9 +68,10 @@ class TextProcessor:
         except Exception as exc:
             raise ConfigError(ModelSettings.env("tokenizer"), f"cannot read {path.name}: {exc}") from None
         ports = {port.name: port for port in info.inputs}
-        fixed = _fixed_length(ports.get("input_ids"))
         own_padding = self._tok.padding or {}
         own_truncation = self._tok.truncation or {}
+        # A fixed length: the model's sequence axis, else the length the tokenizer itself pads to.
+        fixed = _fixed_length(ports.get("input_ids")) or own_padding.get("length")
         max_length = int(
             setting(info, "max_length", required=False)
             or own_truncation.get("max_length")
@@ -77,15 +79,22 @@ class TextProcessor:
             or DEFAULT_MAX_LENGTH
         )
         positions = info.config.get("max_position_embeddings")
-        if isinstance(positions, int) and positions < max_length:
-            max_length = positions
+        # Never longer than the model takes: its positions, its fixed length.
+        for cap in (positions, fixed):
+            if isinstance(cap, int) and cap < max_length:
+                max_length = cap
         self._tok.enable_truncation(max_length)
         padding = info.settings.get("padding")
+        if padding == "longest" and _fixed_length(ports.get("input_ids")):
+            raise ConfigError(
+                ModelSettings.env("padding"),
+                f"the model's input_ids has a fixed sequence length ({fixed}): use max_length, or unset it",
+            )
         if padding is None:
-            padding = "max_length" if own_padding.get("length") or fixed else "longest"
+            padding = "max_length" if fixed else "longest"
         self._pad_to = (fixed or max_length) if padding == "max_length" else None
         # Padding happens per batch in preprocess (to the longest item, or the fixed length), not here.
-        pad_id = own_padding.get("pad_id") if own_padding else None
+        pad_id = own_padding.get("pad_id")
         if pad_id is None:
             pad_id = next(
                 (i for t in ("[PAD]", "<pad>", "<PAD>") if (i := self._tok.token_to_id(t)) is not None), 0
@@ -140,7 +149,7 @@ class TextProcessor:
         for row, item in zip(ids, items, strict=True):
             row[: len(item)] = item
         dtypes = self._dtypes
-        tensors = {"input_ids": ids.astype(dtypes["input_ids"], copy=False)}
+        tensors: Tensors = {"input_ids": ids.astype(dtypes["input_ids"], copy=False)}
         if "attention_mask" in dtypes:
             mask = np.arange(width) < lengths[:, None]
             tensors["attention_mask"] = mask.astype(dtypes["attention_mask"])
@@ -155,7 +164,7 @@ class TextProcessor:
         return "warm-up line"
 
 
-_INT_TYPES = {"tensor(int64)": np.int64, "tensor(int32)": np.int32}
+_INT_TYPES = {"tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(bool)": np.bool_}
 
 
 def _tokenizer_path(info: ModelInfo) -> Path:

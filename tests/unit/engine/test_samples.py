@@ -28,7 +28,7 @@ def test_samples_give_the_results_the_service_would_write_and_dead_letters_with_
     settings = _settings()
     model = load_model(settings)
     values = [*_events(3), b"not json", msgspec.json.encode({"cpu_pct": "high"})]
-    report = run_samples(settings, model, values)
+    report = run_samples(settings, model, list(enumerate(values, 1)))
     assert [o.line for o in report.outcomes] == [1, 2, 3, 4, 5]
     assert all(isinstance(o.result["score"], float) for o in report.outcomes[:3])
     assert [o.reason for o in report.failed] == ["invalid_json", "invalid_event"]
@@ -38,7 +38,7 @@ def test_samples_give_the_results_the_service_would_write_and_dead_letters_with_
 def test_a_misspelt_feature_gives_a_hint_naming_the_closest_field_and_the_setting():
     features = [f if f != "cpu_pct" else "cpu_pcent" for f in _listed_features()]
     settings = _settings(features=features)
-    report = run_samples(settings, load_model(settings), _events(4))
+    report = run_samples(settings, load_model(settings), list(enumerate(_events(4), 1)))
     assert len(report.failed) == 4
     assert report.hints == [
         "no sample carries field 'cpu_pcent'; closest names seen: cpu_pct (check MICROBATCH_MODEL__FEATURES)"
@@ -47,13 +47,13 @@ def test_a_misspelt_feature_gives_a_hint_naming_the_closest_field_and_the_settin
 
 def test_a_sample_file_that_fails_stops_start_up_naming_the_setting_and_the_line(tmp_path):
     path = tmp_path / "samples.jsonl"
-    path.write_bytes(b"\n".join([*_events(2), b'{"cpu_pct": 1}']) + b"\n\n")
-    assert len(read_samples(path)) == 3
+    path.write_bytes(b"\n".join([*_events(2), b"", b'{"cpu_pct": 1}']) + b"\n\n")
+    assert [line for line, _value in read_samples(path)] == [1, 2, 4]  # lines of the file
     settings = _settings(sample=str(path))
     with pytest.raises(ConfigError) as err:
         check_at_start(settings, load_model(settings))
     assert err.value.setting == "MICROBATCH_MODEL__SAMPLE"
-    assert "1 of 3 samples give no result; line 3: invalid_event" in str(err.value)
+    assert "1 of 3 samples give no result; line 4: invalid_event" in str(err.value)
     path.write_bytes(b"\n".join(_events(2)))
     check_at_start(settings, load_model(settings))  # all good: no error
 

@@ -4,6 +4,7 @@ helpers and run by ONNX Runtime, as skl2onnx's would be."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -170,9 +171,10 @@ def test_logits_of_another_number_of_classes_than_names_say_so():
 
 
 def test_settings_naming_what_the_model_lacks_stop_start_up():
-    with pytest.raises(ConfigError, match="no output 'probs'") as err:
-        results_for(_info(ZIPMAP_OUTPUTS, GBC, outputs=["probs=p"]))
+    with pytest.raises(ConfigError, match=r"entry 2 names no output of the model \(its outputs") as err:
+        results_for(_info(ZIPMAP_OUTPUTS, GBC, outputs=["output_label", "secret=p"]))
     assert err.value.setting == "MICROBATCH_MODEL__OUTPUTS"
+    assert "secret" not in str(err.value)  # no message quotes a setting's value
     with pytest.raises(ConfigError, match="3 class names for the model's 2 classes") as err:
         results_for(_info(ZIPMAP_OUTPUTS, GBC, labels=["a", "b", "c"]))
     assert err.value.setting == "MICROBATCH_MODEL__LABELS"
@@ -192,3 +194,58 @@ def test_the_classifier_is_traced_from_the_graph_outputs_of_a_real_conversion(tm
     assert read_classifier(path) == Classifier(
         ("high", "low", "mid"), frozenset({"output_label"}), frozenset({"output_probability"})
     )
+
+
+def test_two_outputs_giving_one_field_and_renamed_logits_stop_start_up():
+    ports = {"logits": "tensor(float)", "label": "tensor(int64)"}
+    with pytest.raises(
+        ConfigError, match="outputs 'logits' and 'label' both give the result field 'label'"
+    ) as err:
+        results_for(_info(ports))
+    assert err.value.setting == "MICROBATCH_MODEL__LOGITS"
+    results_for(_info(ports, outputs=["logits", "label=model_label"]))  # renamed: fine
+    with pytest.raises(ConfigError, match="renames the logits output") as err:
+        results_for(_info(ports, outputs=["logits=scores"]))
+    assert err.value.setting == "MICROBATCH_MODEL__OUTPUTS"
+
+
+def test_names_that_do_not_match_the_declared_logits_blame_where_they_came_from():
+    info = ModelInfo(
+        "m",
+        Path("."),
+        ("input_ids",),
+        ("logits",),
+        outputs=(Port("logits", "tensor(float)", ("batch", 3)),),
+        config={"id2label": {"0": "a", "1": "b"}},
+    )
+    with pytest.raises(ConfigError, match="2 class names for the 3 logits") as err:
+        results_for(info)
+    assert err.value.setting == "MICROBATCH_MODEL__PATH"
+    bad_metadata = ModelInfo("m", Path("."), ("x",), ("y",), metadata={"microbatch.labels": "[not json"})
+    with pytest.raises(ConfigError, match=r"microbatch\.labels is not a JSON list"):
+        results_for(bad_metadata)
+
+
+@pytest.mark.parametrize(
+    ("outputs", "message"),
+    [
+        ({"score": np.array(1.0, dtype=np.float32)}, "output 'score' is a float32 tensor of shape []"),
+        ({"class_index": np.array([0.5])}, "output 'class_index' is read as class indices"),
+        ({"probabilities": np.array([0.5])}, "output 'probabilities' holds a classifier's scores"),
+    ],
+)
+def test_outputs_of_odd_shapes_name_the_output(outputs, message):
+    names = _info({"score": "tensor(float)"}, XGB, labels=["a", "b", "c"])
+    with pytest.raises(TypeError, match=re.escape(message)):
+        results_for(names)(outputs, 1)
+
+
+def test_an_mlp_classifiers_label_is_traced_through_its_class_table(tmp_path):
+    skl2onnx = pytest.importorskip("skl2onnx", reason="needs the dev extra (skl2onnx)")
+    from sklearn.linear_model import SGDClassifier
+
+    x = np.random.default_rng(0).normal(size=(60, 2)).astype(np.float32)
+    path = tmp_path / "sgd.onnx"
+    model = SGDClassifier(loss="log_loss", random_state=0).fit(x, (x[:, 0] > 0).astype(int))
+    path.write_bytes(skl2onnx.to_onnx(model, x[:1]).SerializeToString())
+    assert read_classifier(path) == Classifier((0, 1), frozenset({"output_label"}), frozenset())

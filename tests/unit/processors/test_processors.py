@@ -643,3 +643,22 @@ def test_bpe_and_unigram_tokenizers_serve_with_their_own_pad_token(tmp_path, kin
     short = len(tok.encode(lines[0]).ids)
     assert tensors["input_ids"][0, short:].tolist() == [pad] * (tensors["input_ids"].shape[1] - short)
     assert tensors["attention_mask"][0].sum() == short
+
+
+def test_the_fixed_length_caps_a_longer_truncation_and_a_tokenizers_fixed_padding_counts(
+    tmp_path, tokenizer_path
+):
+    tok = Tokenizer.from_file(str(tokenizer_path))
+    tok.enable_truncation(32)
+    tok.save(str(tmp_path / "tokenizer.json"))
+    fixed = {"input_ids": ("tensor(int64)", ("batch", 3))}
+    processor = TextProcessor(hf_info(tmp_path / "tokenizer.json", fixed))
+    ids = processor.prepare(["user login ok from host on port"])
+    assert processor.preprocess(ids)["input_ids"].shape == (1, 3)  # truncated at 3, not 32
+    with pytest.raises(ConfigError) as err:
+        TextProcessor(hf_info(tmp_path / "tokenizer.json", fixed, padding="longest"))
+    assert err.value.setting == "MICROBATCH_MODEL__PADDING"
+    tok.enable_padding(length=5)
+    tok.save(str(tmp_path / "tokenizer.json"))
+    dynamic = TextProcessor(hf_info(tmp_path / "tokenizer.json", {"input_ids": ("tensor(int64)", DYNAMIC)}))
+    assert dynamic.preprocess(dynamic.prepare(["disk full"]))["input_ids"].shape == (1, 5)
