@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, SecretStr, ValidationInfo, field_validator
+from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
 
 from service.config._base import Section, not_below
 
@@ -15,6 +16,12 @@ KafkaValue = str | int | float | bool
 # librdkafka options the at-least-once contract rests on; no *_EXTRA setting may change them.
 GUARANTEE_KEYS = frozenset({"enable.auto.offset.store", "enable.auto.commit", "acks", "enable.idempotence"})
 EXTRA_FIELDS = ("consumer_extra", "producer_extra", "extra")
+# Each secret, and the setting that may name a file holding it instead.
+SECRET_FILES = {
+    "sasl_password": "sasl_password_file",
+    "sasl_oauthbearer_client_secret": "sasl_oauthbearer_client_secret_file",
+    "ssl_key_password": "ssl_key_password_file",
+}
 # librdkafka options whose values are credentials (sasl.password, ssl.key.password, sasl.oauthbearer.*
 # secrets, PEM keys, JAAS strings).
 _PRIVATE_OPTION = re.compile(r"password|secret|token|credential|jaas|\bkey\b|pem$", re.IGNORECASE)
@@ -36,6 +43,26 @@ class KafkaSettings(Section):
     sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"] | None = None
     sasl_username: str | None = None
     sasl_password: SecretStr | None = None
+    sasl_password_file: Path | None = None
+    """A file holding the password (a Kubernetes Secret volume): read at start-up, its trailing newline
+    dropped. Every secret has one: ``SASL_OAUTHBEARER_CLIENT_SECRET_FILE``, ``SSL_KEY_PASSWORD_FILE``."""
+    sasl_oauthbearer_token_endpoint_url: str | None = None
+    """OAUTHBEARER with OIDC client credentials: the token endpoint, and the client below."""
+    sasl_oauthbearer_client_id: str | None = None
+    sasl_oauthbearer_client_secret: SecretStr | None = None
+    sasl_oauthbearer_client_secret_file: Path | None = None
+    sasl_oauthbearer_scope: str | None = None
+    ssl_ca_file: Path | None = None
+    """PEM file of the CA(s) that signed the brokers' certificates (unset: the system's)."""
+    ssl_cert_file: Path | None = None
+    """PEM client certificate, for brokers that require one (mTLS)."""
+    ssl_key_file: Path | None = Field(None, validate_default=True)
+    """PEM private key of the client certificate."""
+    ssl_key_password: SecretStr | None = None
+    ssl_key_password_file: Path | None = None
+    ssl_endpoint_identification: bool = True
+    """Check that the broker's certificate names the host connected to; off only for certificates without
+    the right names."""
     auto_offset_reset: Literal["earliest", "latest"] = "earliest"
     startup_timeout_s: float = Field(30.0, ge=0)
     """How long start-up waits for the brokers to answer; 0 waits forever."""
@@ -53,6 +80,48 @@ class KafkaSettings(Section):
         if locked:
             raise ValueError(f"{locked} cannot be overridden: the delivery guarantee depends on them")
         return value
+
+    @field_validator("ssl_ca_file", "ssl_cert_file")
+    @classmethod
+    def _readable(cls, value: Path | None) -> Path | None:
+        if value is not None and not value.is_file():
+            raise ValueError("no such file")
+        return value
+
+    @field_validator("ssl_key_file")
+    @classmethod
+    def _with_its_certificate(cls, value: Path | None, info: ValidationInfo) -> Path | None:
+        if (value is None) != (info.data.get("ssl_cert_file") is None):
+            raise ValueError(f"goes with {cls.env('ssl_cert_file')}: set both, or neither")
+        return cls._readable(value)
+
+    @field_validator(*SECRET_FILES.values())
+    @classmethod
+    def _secret_file(cls, value: Path | None, info: ValidationInfo) -> Path | None:
+        """A readable, non-empty file, and no secret set beside it (its value is read after validation)."""
+        if value is None:
+            return None
+        secret = next(k for k, v in SECRET_FILES.items() if v == info.field_name)
+        if info.data.get(secret) is not None:
+            raise ValueError(f"set this or {cls.env(secret)}, not both")
+        try:
+            text = value.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise ValueError("no such file") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ValueError(f"cannot read the file ({type(exc).__name__})") from None
+        if not text.strip():
+            raise ValueError("the file is empty")
+        return value
+
+    @model_validator(mode="after")
+    def _secrets_from_files(self) -> KafkaSettings:
+        """Each ``*_FILE`` setting fills its secret: the file's text, its trailing newline dropped."""
+        for secret, file_field in SECRET_FILES.items():
+            path = getattr(self, file_field)
+            if path is not None:  # the sections are frozen once built: this is their building
+                object.__setattr__(self, secret, SecretStr(path.read_text(encoding="utf-8").rstrip("\r\n")))
+        return self
 
     @field_validator("max_poll_interval_ms")
     @classmethod
@@ -72,6 +141,24 @@ class KafkaSettings(Section):
             conf["sasl.username"] = self.sasl_username
         if self.sasl_password:
             conf["sasl.password"] = self.sasl_password.get_secret_value()
+        if self.sasl_oauthbearer_token_endpoint_url:
+            conf["sasl.oauthbearer.method"] = "oidc"
+            conf["sasl.oauthbearer.token.endpoint.url"] = self.sasl_oauthbearer_token_endpoint_url
+        for key, value in (
+            ("sasl.oauthbearer.client.id", self.sasl_oauthbearer_client_id),
+            ("sasl.oauthbearer.client.secret", self.sasl_oauthbearer_client_secret),
+            ("sasl.oauthbearer.scope", self.sasl_oauthbearer_scope),
+            ("ssl.ca.location", self.ssl_ca_file),
+            ("ssl.certificate.location", self.ssl_cert_file),
+            ("ssl.key.location", self.ssl_key_file),
+            ("ssl.key.password", self.ssl_key_password),
+        ):
+            if value is not None:
+                conf[key] = value.get_secret_value() if isinstance(value, SecretStr) else str(value)
+        if self.security_protocol in ("SSL", "SASL_SSL"):
+            conf["ssl.endpoint.identification.algorithm"] = (
+                "https" if self.ssl_endpoint_identification else "none"
+            )
         return conf | self.extra
 
     def consumer_config(self) -> dict[str, KafkaValue]:
@@ -116,6 +203,10 @@ class KafkaSettings(Section):
             "bootstrap_servers": self.bootstrap_servers,
             "group_id": self.group_id,
             "security_protocol": self.security_protocol,
+            "sasl_mechanism": self.sasl_mechanism,
+            "sasl_username": self.sasl_username,
+            "ssl_ca_file": None if self.ssl_ca_file is None else str(self.ssl_ca_file),
+            "ssl_cert_file": None if self.ssl_cert_file is None else str(self.ssl_cert_file),
         }
 
     def private_values(self) -> list[str]:
@@ -124,8 +215,7 @@ class KafkaSettings(Section):
         quotes values it rejects). Numbers, booleans and words under three characters are left visible:
         hiding ``5`` would hide partition ``[5]`` too, and no passphrase is that short."""
         values = [v for name in EXTRA_FIELDS for k, v in getattr(self, name).items() if _hideable(k, v)]
-        if self.sasl_password:
-            values.append(self.sasl_password.get_secret_value())
+        values += [secret.get_secret_value() for name in SECRET_FILES if (secret := getattr(self, name))]
         return [str(v) for v in values if str(v)]
 
     def extra_setting(self, message: str) -> str:
