@@ -19,6 +19,16 @@
 #   KAFKA_CDS              "false" disables the class-data-sharing archive (default true): the
 #                          first start records the classes it loads into lib/kafka.jsa when it
 #                          is stopped, and later starts map it, which cuts start-up by ~40%.
+#   KAFKA_SECURITY         "secured" adds, beside the PLAINTEXT listener, a SASL_SSL listener
+#                          (SCRAM-SHA-512) on KAFKA_SASL_SSL_PORT (default KAFKA_PORT+2) and an
+#                          mTLS listener (client certificate required) on KAFKA_SSL_PORT (default
+#                          KAFKA_PORT+3), with StandardAuthorizer and no access without an ACL.
+#                          The PLAINTEXT listener stays, for the broker itself and for tests' admin:
+#                          its ANONYMOUS principal is a super user (loopback only: a test broker).
+#   KAFKA_PKI_DIR          secured: ca.pem and broker.pem (key + chain), made by gen-certs.sh
+#                          beside this script when missing (default <state dir>/pki)
+#   KAFKA_SCRAM_USERS      secured: "user:password,..." created at format time (default
+#                          "admin:admin-secret")
 #
 # Everything listens on 127.0.0.1 only. Processes are started and stopped by PID only.
 set -euo pipefail
@@ -41,6 +51,10 @@ KAFKA_AUTO_CREATE="${KAFKA_AUTO_CREATE:-true}"
 START_TIMEOUT="${KAFKA_START_TIMEOUT:-60}"
 STOP_TIMEOUT="${KAFKA_STOP_TIMEOUT:-20}"
 KAFKA_CDS="${KAFKA_CDS:-true}"
+KAFKA_SECURITY="${KAFKA_SECURITY:-plain}"
+KAFKA_SASL_SSL_PORT="${KAFKA_SASL_SSL_PORT:-$((10#$KAFKA_PORT + 2))}"
+KAFKA_SSL_PORT="${KAFKA_SSL_PORT:-$((10#$KAFKA_PORT + 3))}"
+KAFKA_SCRAM_USERS="${KAFKA_SCRAM_USERS:-admin:admin-secret}"
 
 LIB_DIR="$STATE_DIR/lib"
 LIB_MARKER="$LIB_DIR/.complete"
@@ -48,6 +62,7 @@ CDS_ARCHIVE="$LIB_DIR/kafka.jsa"
 DATA_DIR="$STATE_DIR/data"
 LOG_DIR="$STATE_DIR/logs"
 PID_FILE="$STATE_DIR/kafka.pid"
+PKI_DIR="${KAFKA_PKI_DIR:-$STATE_DIR/pki}"
 PROPS="$STATE_DIR/server.properties"
 LOG4J_CONF="$STATE_DIR/log4j2.xml"
 LOCK_FILE="$STATE_DIR/.lock"
@@ -64,7 +79,16 @@ die() {
     exit 1
 }
 
-for port_var in KAFKA_PORT KAFKA_CONTROLLER_PORT; do
+case "$KAFKA_SECURITY" in
+plain) SECURED=false ;;
+secured) SECURED=true ;;
+*)
+    echo "kafka-local: error: KAFKA_SECURITY must be plain or secured, got '$KAFKA_SECURITY'" >&2
+    exit 1
+    ;;
+esac
+
+for port_var in KAFKA_PORT KAFKA_CONTROLLER_PORT KAFKA_SASL_SSL_PORT KAFKA_SSL_PORT; do
     if ! [[ "${!port_var}" =~ ^[0-9]{1,5}$ ]] || ((10#${!port_var} < 1 || 10#${!port_var} > 65535)); then
         die "$port_var must be a TCP port number, got '${!port_var}'"
     fi
@@ -219,14 +243,19 @@ write_configs() {
     if [[ "${KAFKA_AUTO_CREATE,,}" == "false" || "$KAFKA_AUTO_CREATE" == "0" ]]; then
         auto_create=false
     fi
+    local secured_listeners="" secured_map=""
+    if [[ "$SECURED" == true ]]; then
+        secured_listeners=",SASL_SSL://$HOST:$KAFKA_SASL_SSL_PORT,SSL://$HOST:$KAFKA_SSL_PORT"
+        secured_map=",SASL_SSL:SASL_SSL,SSL:SSL"
+    fi
     cat >"$PROPS" <<EOF
 # Written by deploy/kafka-local/kafka.sh on every 'up'; edits are overwritten.
 process.roles=broker,controller
 node.id=$NODE_ID
 controller.quorum.voters=$NODE_ID@$HOST:$KAFKA_CONTROLLER_PORT
-listeners=PLAINTEXT://$HOST:$KAFKA_PORT,CONTROLLER://$HOST:$KAFKA_CONTROLLER_PORT
-advertised.listeners=PLAINTEXT://$HOST:$KAFKA_PORT
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+listeners=PLAINTEXT://$HOST:$KAFKA_PORT,CONTROLLER://$HOST:$KAFKA_CONTROLLER_PORT$secured_listeners
+advertised.listeners=PLAINTEXT://$HOST:$KAFKA_PORT$secured_listeners
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT$secured_map
 inter.broker.listener.name=PLAINTEXT
 controller.listener.names=CONTROLLER
 log.dirs=$DATA_DIR
@@ -251,6 +280,23 @@ broker.heartbeat.interval.ms=500
 log.retention.hours=24
 log.segment.bytes=67108864
 EOF
+    if [[ "$SECURED" == true ]]; then
+        cat >>"$PROPS" <<EOF
+# KAFKA_SECURITY=secured
+authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
+allow.everyone.if.no.acl.found=false
+super.users=User:ANONYMOUS
+sasl.enabled.mechanisms=SCRAM-SHA-512
+listener.name.sasl_ssl.sasl.enabled.mechanisms=SCRAM-SHA-512
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+ssl.keystore.type=PEM
+ssl.keystore.location=$PKI_DIR/broker.pem
+ssl.truststore.type=PEM
+ssl.truststore.location=$PKI_DIR/ca.pem
+listener.name.ssl.ssl.client.auth=required
+ssl.principal.mapping.rules=RULE:^CN=([^,]+).*\$/\$1/,DEFAULT
+EOF
+    fi
     cat >"$LOG4J_CONF" <<EOF
 <?xml version="1.0" encoding="UTF-8"?>
 <!-- Written by deploy/kafka-local/kafka.sh. -->
@@ -279,9 +325,17 @@ EOF
 format_storage() {
     [[ -f "$DATA_DIR/meta.properties" ]] && return 0
     log "formatting KRaft storage in $DATA_DIR (cluster id $CLUSTER_ID)"
+    local scram=() user users
+    if [[ "$SECURED" == true ]]; then
+        IFS=, read -ra users <<<"$KAFKA_SCRAM_USERS"
+        for user in "${users[@]}"; do
+            scram+=(--add-scram "SCRAM-SHA-512=[name=${user%%:*},password=${user#*:}]")
+        done
+    fi
+    # The tool prints the SCRAM salts and keys: its output stays in the logs dir.
     if ! java -Xmx256m -Dlog4j2.configurationFile="$LOG4J_CONF" -cp "$LIB_DIR/*" \
         kafka.tools.StorageTool format --config "$PROPS" --cluster-id "$CLUSTER_ID" \
-        --ignore-formatted >"$LOG_DIR/format.out" 2>&1; then
+        "${scram[@]}" --ignore-formatted >"$LOG_DIR/format.out" 2>&1; then
         cat "$LOG_DIR/format.out" >&2
         die "kafka-storage format failed"
     fi
@@ -310,7 +364,9 @@ cmd_up() {
     else
         rm -f "$PID_FILE"
         local p
-        for p in "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT"; do
+        local ports=("$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT")
+        [[ "$SECURED" == true ]] && ports+=("$KAFKA_SASL_SSL_PORT" "$KAFKA_SSL_PORT")
+        for p in "${ports[@]}"; do
             if port_open "$p"; then
                 who_listens "$p"
                 die "port $HOST:$p is already in use by another process (not the broker of" \
@@ -319,6 +375,10 @@ cmd_up() {
         done
 
         ensure_jars
+        if [[ "$SECURED" == true && ! -s "$PKI_DIR/broker.pem" ]]; then
+            command -v openssl >/dev/null 2>&1 || die "openssl is needed for the secured broker's certificates"
+            bash "$SCRIPT_DIR/gen-certs.sh" "$PKI_DIR" >/dev/null || die "gen-certs.sh failed"
+        fi
         write_configs
         format_storage
 

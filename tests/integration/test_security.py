@@ -1,0 +1,142 @@
+"""The service on a secured broker (tests/support/secured.py), configured through the security settings
+alone: SCRAM-SHA-512 over TLS with the password read from a file, and mTLS with an encrypted key whose
+passphrase is read from a file. As a principal holding only the ACLs the service needs, every input gets
+its result and its offset committed, and no secret appears in what the service writes."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from service.tools.topics import TopicAdmin
+from tests.support.broker import make_topic_factory
+from tests.support.harness import (
+    SERVICE_PARTITIONS,
+    committed,
+    counts,
+    end_offsets,
+    metrics_events,
+    needs_installed,
+    produce,
+    read_topic,
+    source_of,
+    start_on_topics,
+    wait_for,
+)
+from tests.support.secured import (
+    APP_PASSWORD,
+    APP_USER,
+    CLIENT_KEY_PASSWORD,
+    SECRETS,
+    Secured,
+    grant,
+    start_secured,
+)
+
+EVENTS = 400
+
+
+@pytest.fixture(scope="module")
+def secured() -> Iterator[Secured]:
+    needs_installed(
+        None if shutil.which("openssl") else "the secured broker needs openssl: apt-get install openssl"
+    )
+    broker = start_secured()
+    try:
+        yield broker
+    finally:
+        with contextlib.suppress(RuntimeError):
+            broker.broker.sh("down")
+
+
+@pytest.fixture
+def secured_topics(secured: Secured) -> Iterator[dict[str, str]]:
+    made = make_topic_factory(TopicAdmin({"bootstrap.servers": secured.admin}))
+    make = next(made)
+    yield {
+        "in": make(partitions=SERVICE_PARTITIONS, prefix="in"),
+        "out": make(partitions=SERVICE_PARTITIONS, prefix="out"),
+        "dlq": make(partitions=1, prefix="dlq"),
+    }
+    with contextlib.suppress(StopIteration):
+        next(made)
+
+
+def _secret_file(folder: Path, name: str, secret: str) -> Path:
+    path = folder / name
+    path.write_text(secret + "\n")  # as a Kubernetes Secret volume holds it
+    return path
+
+
+def _serve_all(
+    tmp_path, secured: Secured, topics, group_id, principal: str, bootstrap: str, **security: str
+) -> str:
+    """Grant ``principal`` the service's ACLs, run the service on ``bootstrap`` with ``security`` settings
+    over ``EVENTS`` events, and check every one has exactly one result and every offset is committed.
+    Returns its log."""
+    grant(
+        secured.admin, principal, read=[topics["in"]], write=[topics["out"], topics["dlq"]], groups=[group_id]
+    )
+    coords = produce(secured.admin, topics["in"], metrics_events(EVENTS, seed=61))
+    service = start_on_topics(tmp_path, bootstrap, topics, group_id, **security)
+    try:
+        outputs = read_topic(secured.admin, topics["out"], expected=EVENTS)
+        assert counts([source_of(o) for o in outputs]) == counts(coords)
+        ends = end_offsets(secured.admin, topics["in"], SERVICE_PARTITIONS)
+        wait_for(
+            lambda: committed(secured.admin, group_id, topics["in"], SERVICE_PARTITIONS) == ends,
+            30,
+            "every offset committed",
+        )
+    finally:
+        code = service.stop()
+    log = service.log()
+    assert code == 0, log[-3000:]
+    return log
+
+
+def test_the_pipeline_runs_over_scram_and_tls_with_the_password_from_a_file(
+    tmp_path, secured, secured_topics, group_id
+):
+    log = _serve_all(
+        tmp_path,
+        secured,
+        secured_topics,
+        group_id,
+        f"User:{APP_USER}",
+        secured.sasl_ssl,
+        kafka__security_protocol="SASL_SSL",
+        kafka__sasl_mechanism="SCRAM-SHA-512",
+        kafka__sasl_username=APP_USER,
+        kafka__sasl_password_file=str(_secret_file(tmp_path, "password", APP_PASSWORD)),
+        kafka__ssl_ca_file=str(secured.pki / "ca.pem"),
+        log__level="debug",
+    )
+    assert '"sasl_mechanism": "SCRAM-SHA-512", "sasl_username": "app"' in log  # the start-up line says so
+    for secret in SECRETS:
+        assert secret not in log
+
+
+def test_the_pipeline_runs_over_mtls_with_the_key_passphrase_from_a_file(
+    tmp_path, secured, secured_topics, group_id
+):
+    log = _serve_all(
+        tmp_path,
+        secured,
+        secured_topics,
+        group_id,
+        "User:alice",  # the certificate's CN (ssl.principal.mapping.rules)
+        secured.mtls,
+        kafka__security_protocol="SSL",
+        kafka__ssl_ca_file=str(secured.pki / "ca.pem"),
+        kafka__ssl_cert_file=str(secured.pki / "alice.crt"),
+        kafka__ssl_key_file=str(secured.pki / "alice.key"),
+        kafka__ssl_key_password_file=str(_secret_file(tmp_path, "key-password", CLIENT_KEY_PASSWORD)),
+        log__level="debug",
+    )
+    for secret in SECRETS:
+        assert secret not in log
