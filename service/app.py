@@ -38,6 +38,7 @@ from service.flow.records import Decoded, InputRecord
 from service.flow.sizing import BatchSizeController, FixedBatchSize, Sizing
 from service.formats import Picker, load_format, parse_path
 from service.kafka import Sink, Source
+from service.kafka.causes import client_error_setting
 from service.observability import Health, Metrics, MetricsServer, Telemetry
 from service.processors import Processor
 
@@ -240,7 +241,8 @@ def build_clients(
         return Source(kafka, on_brokers), Sink(kafka)
     except KafkaException as exc:
         message = exc.args[0].str()
-        raise ConfigError(kafka.extra_setting(message), redact(message, kafka.private_values())) from None
+        setting = client_error_setting(message, kafka) or kafka.extra_setting(message)
+        raise ConfigError(setting, redact(message, kafka.private_values())) from None
 
 
 def check_topics(source: Source, settings: Settings, stopped: Callable[[], bool]) -> bool:

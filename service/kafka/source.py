@@ -11,9 +11,10 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from service.config import KafkaSettings, redactor
-from service.errors import BrokerUnavailableError
+from service.errors import BrokerUnavailableError, ConfigError
 from service.flow.ports import RebalanceListener
 from service.flow.records import InputRecord, TopicPartition
+from service.kafka.causes import Cause, cause_of
 from service.kafka.watch import BrokerStats, FatalWatch
 from service.observability.logs import client_log
 
@@ -23,6 +24,9 @@ _log = structlog.get_logger("microbatch.source")
 # librdkafka's statistics tell, among much else, each broker connection's state: the cheapest reliable
 # answer to "is any broker reachable?" for /readyz, with no request of our own.
 _STATS_INTERVAL_MS = 5000
+CAUSE_AFTER_S = 2.0
+"""How long a configuration fault must persist at start-up before it stops the service: librdkafka names
+it within a second, and one that clears as a broker finishes starting is not one."""
 
 
 class Source:
@@ -35,11 +39,15 @@ class Source:
         self, settings: KafkaSettings, on_brokers: Callable[[bool], None] = lambda _up: None
     ) -> None:
         self._redact = redactor(settings.private_values())
-        self._fatal = FatalWatch("consumer", on_brokers, self._redact)
+        self._settings = settings
+        self._cause: tuple[float, Cause] | None = None  # when first seen, what
+        self._fatal = FatalWatch("consumer", on_brokers, self._redact, self._read_cause)
         self._on_brokers = on_brokers
         options = settings.consumer_config()
         conf: dict[str, object] = {**options, "error_cb": self._fatal}
-        conf["logger"] = client_log(options, settings.private_values())
+        self._client_log = client_log(options, settings.private_values())
+        self._client_log.tap = self._read_cause
+        conf["logger"] = self._client_log
         conf.setdefault("statistics.interval.ms", _STATS_INTERVAL_MS)
         conf["stats_cb"] = self._on_stats
         self._consumer = Consumer(conf)
@@ -115,29 +123,53 @@ class Source:
                 return False
         return True
 
+    def _read_cause(self, text: str) -> None:
+        """error_cb and log lines while starting: keep the first configuration fault they name."""
+        if self._cause is None and (cause := cause_of(self._redact(text), self._settings)) is not None:
+            self._cause = (time.monotonic(), cause)
+
     def wait_ready(
         self, topics: list[str], timeout_s: float, stopped: Callable[[], bool] = lambda: False
     ) -> set[str] | None:
         """Block until a broker answers (``timeout_s`` 0: forever); return which of ``topics`` exist, or
-        None once ``stopped()`` turns true. Raises BrokerUnavailableError when no broker answered in time."""
+        None once ``stopped()`` turns true. Raises BrokerUnavailableError when no broker answered in time,
+        ConfigError naming the setting once librdkafka has named a fault of the configuration for
+        ``CAUSE_AFTER_S`` (a wrong password, an untrusted certificate, TLS against plaintext: see
+        ``kafka/causes.py``); with no timeout, that cause is logged once a minute instead."""
         deadline = time.monotonic() + timeout_s if timeout_s else float("inf")
-        next_log = 0.0
-        while not stopped():
-            try:
-                # Short attempts, so a stop request is noticed within a second.
-                metadata = self._consumer.list_topics(timeout=min(1.0, max(0.1, deadline - time.monotonic())))
-                return {t for t in topics if t in metadata.topics and metadata.topics[t].error is None}
-            except KafkaException as exc:
-                if time.monotonic() >= deadline:
-                    raise BrokerUnavailableError(
-                        f"no broker at {self._bootstrap} answered within {timeout_s:g}s "
-                        f"({KafkaSettings.env('startup_timeout_s')}): {self._redact(exc.args[0].str())}"
-                    ) from None
-                if time.monotonic() >= next_log:
-                    next_log = time.monotonic() + 30
-                    error = self._redact(exc.args[0].str())
-                    _log.warning("waiting_for_brokers", bootstrap=self._bootstrap, error=error)
-        return None
+        next_log = next_cause_log = 0.0
+        try:
+            while not stopped():
+                try:
+                    # Short attempts, so a stop request is noticed within a second.
+                    timeout = min(1.0, max(0.1, deadline - time.monotonic()))
+                    metadata = self._consumer.list_topics(timeout=timeout)
+                    return {t for t in topics if t in metadata.topics and metadata.topics[t].error is None}
+                except KafkaException as exc:
+                    self._consumer.poll(0)  # serves error_cb and the log lines, where the cause is
+                    now = time.monotonic()
+                    if self._cause is not None and now - self._cause[0] >= CAUSE_AFTER_S:
+                        cause = self._cause[1]
+                        if timeout_s:
+                            raise ConfigError(cause.setting, cause.reason) from None
+                        if now >= next_cause_log:
+                            next_cause_log = now + 60
+                            _log.error("startup_blocked", setting=cause.setting, cause=cause.reason)
+                    self._waited(exc, deadline, timeout_s)
+                    if now >= next_log:
+                        next_log = now + 30
+                        error = self._redact(exc.args[0].str())
+                        _log.warning("waiting_for_brokers", bootstrap=self._bootstrap, error=error)
+            return None
+        finally:
+            self._client_log.tap = None  # started (or stopping): causes are read at start-up only
+
+    def _waited(self, exc: KafkaException, deadline: float, timeout_s: float) -> None:
+        if time.monotonic() >= deadline:
+            raise BrokerUnavailableError(
+                f"no broker at {self._bootstrap} answered within {timeout_s:g}s "
+                f"({KafkaSettings.env('startup_timeout_s')}): {self._redact(exc.args[0].str())}"
+            ) from None
 
     def pause(self) -> None:
         """Stop fetching from every assigned partition; ``consume`` keeps serving the group protocol."""

@@ -34,13 +34,16 @@ class FatalWatch:
         client: str,
         on_brokers: Callable[[bool], None] = lambda _up: None,
         redact: Callable[[str], str] = lambda text: text,
+        on_error: Callable[[str], None] = lambda _text: None,
     ) -> None:
         self._client = client
         self._on_brokers = on_brokers
         self._redact = redact
+        self._on_error = on_error
         self._error: KafkaError | None = None
 
     def __call__(self, err: KafkaError) -> None:
+        self._on_error(err.str())
         if err.code() == KafkaError._ALL_BROKERS_DOWN:
             self._on_brokers(False)
         if err.fatal() and self._error is None:

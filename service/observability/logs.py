@@ -23,16 +23,24 @@ class RateLimitedClientLog:
     """
 
     def __init__(
-        self, every_s: float = 5.0, clock: Callable[[], float] = time.monotonic, private: Iterable[str] = ()
+        self,
+        every_s: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+        private: Iterable[str] = (),
+        tap: Callable[[str], None] | None = None,
     ) -> None:
         self._log = structlog.get_logger("librdkafka")
         self._every_s = every_s
         self._clock = clock
         self._redact = redactor(private)
         self._last: dict[tuple[str, str], tuple[float, int]] = {}
+        self.tap = tap
+        """Shown every line's message, before the rate limit (None: none): start-up reads causes there."""
 
     def log(self, level: int, fmt: str, *args: object) -> None:
         """Called by confluent-kafka as ``log(level, "%s [%s] %s", facility, client, message)``."""
+        if self.tap is not None and args:
+            self.tap(str(args[-1]))
         key = (str(args[1]), str(args[0])) if len(args) >= 2 else ("", fmt)
         now = self._clock()
         last, skipped = self._last.get(key, (float("-inf"), 0))

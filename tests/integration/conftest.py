@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import shutil
+from collections.abc import Iterator
+
 import pytest
 
-from tests.support.harness import SERVICE_PARTITIONS
+from tests.support.harness import SERVICE_PARTITIONS, needs_installed
+from tests.support.secured import Secured, start_secured
 
 
 @pytest.fixture
@@ -15,3 +20,17 @@ def topics(topic_factory) -> dict[str, str]:
         "out": topic_factory(partitions=SERVICE_PARTITIONS, prefix="out"),
         "dlq": topic_factory(partitions=1, prefix="dlq"),
     }
+
+
+@pytest.fixture(scope="module")
+def secured() -> Iterator[Secured]:
+    """A secured broker of the module's own (tests/support/secured.py), stopped by PID at the end."""
+    needs_installed(
+        None if shutil.which("openssl") else "the secured broker needs openssl: apt-get install openssl"
+    )
+    broker = start_secured()
+    try:
+        yield broker
+    finally:
+        with contextlib.suppress(RuntimeError):
+            broker.broker.sh("down")

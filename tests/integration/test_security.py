@@ -6,7 +6,6 @@ its result and its offset committed, and no secret appears in what the service w
 from __future__ import annotations
 
 import contextlib
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,7 +19,6 @@ from tests.support.harness import (
     counts,
     end_offsets,
     metrics_events,
-    needs_installed,
     produce,
     read_topic,
     source_of,
@@ -34,23 +32,9 @@ from tests.support.secured import (
     SECRETS,
     Secured,
     grant,
-    start_secured,
 )
 
 EVENTS = 400
-
-
-@pytest.fixture(scope="module")
-def secured() -> Iterator[Secured]:
-    needs_installed(
-        None if shutil.which("openssl") else "the secured broker needs openssl: apt-get install openssl"
-    )
-    broker = start_secured()
-    try:
-        yield broker
-    finally:
-        with contextlib.suppress(RuntimeError):
-            broker.broker.sh("down")
 
 
 @pytest.fixture
