@@ -20,7 +20,7 @@ from service.assemble import Assembler, rules_for
 from service.config import AssembleSettings, KafkaSettings, Settings, check_run_settings, redact
 from service.engine import RowPlan, blamed_setting, load_model, model_setting, warm_up
 from service.engine.samples import check_at_start
-from service.errors import EXIT_OK, ConfigError, UnknownTopicError
+from service.errors import EXIT_OK, ConfigError, NotAuthorizedError, UnknownTopicError
 from service.flow.assembly import Assembly
 from service.flow.backlog import Backlog
 from service.flow.backpressure import BackPressure
@@ -254,9 +254,24 @@ def check_topics(source: Source, settings: Settings, stopped: Callable[[], bool]
     if found is None:
         return False
     missing = [t for t in settings.input.topics if t not in found]
+    errors = source.topic_errors(missing + [t for t in outputs if t not in found])
+    refused = [t for t in missing if errors.get(t) == _NOT_AUTHORIZED]
+    if refused:
+        raise NotAuthorizedError(
+            f"not authorised to DESCRIBE input topic(s) {refused} ({settings.input.env('topics')}): grant "
+            f"the service's principal READ and DESCRIBE on them (docs/SECURITY.md); a topic it may not see "
+            "is not said to exist or not"
+        )
     if missing:
         raise UnknownTopicError(f"input topic(s) {missing} do not exist ({settings.input.env('topics')})")
     for topic in outputs:
-        if topic not in found:
+        if topic in found:
+            continue
+        if errors.get(topic) == _NOT_AUTHORIZED:
+            _log.error("output_topic_not_authorized", topic=topic, needs="WRITE and DESCRIBE")
+        else:
             _log.warning("output_topic_missing", topic=topic)
     return True
+
+
+_NOT_AUTHORIZED = "TOPIC_AUTHORIZATION_FAILED"

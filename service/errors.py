@@ -7,7 +7,8 @@ The tree, with each class's exit code (the CLI exits with ``type(error).exit_cod
     ├── UsageError                  2  a command-line flag is invalid; names the flag
     ├── EnvironmentNotReadyError    3  what the service needs outside itself is missing at start-up
     │   ├── BrokerUnavailableError  3  no broker answered in time
-    │   └── UnknownTopicError       3  a topic the command needs does not exist
+    │   ├── UnknownTopicError       3  a topic the command needs does not exist
+    │   └── NotAuthorizedError      3  the cluster's ACLs refuse the principal what the command needs
     ├── FatalKafkaError             1  librdkafka reported a fatal error; keeps its error code
     ├── EngineFailedError           1  the model fails on a known-good sample: the runtime is broken
     ├── BatchMismatchError          1  a processor or model broke one-result-per-input
@@ -89,6 +90,11 @@ class EnvironmentNotReadyError(MicrobatchError):
 
 class UnknownTopicError(EnvironmentNotReadyError):
     """A topic the command needs does not exist (or this client may not see it)."""
+
+
+class NotAuthorizedError(EnvironmentNotReadyError):
+    """The cluster's ACLs refuse this principal something the command needs (DESCRIBE on a topic, READ on
+    its group): the message names the resource and the permission."""
 
 
 class BrokerUnavailableError(EnvironmentNotReadyError):

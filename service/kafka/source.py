@@ -171,6 +171,20 @@ class Source:
                 f"({KafkaSettings.env('startup_timeout_s')}): {self._redact(exc.args[0].str())}"
             ) from None
 
+    def topic_errors(self, topics: list[str], timeout_s: float = 10.0) -> dict[str, str]:
+        """Each of ``topics`` asked for by name, as a full listing leaves out those this principal may not
+        DESCRIBE: its error's name (``UNKNOWN_TOPIC_OR_PART``, ``TOPIC_AUTHORIZATION_FAILED``), or "" when
+        it is there after all. A broker that does not answer gives no entry."""
+        errors = {}
+        for topic in topics:
+            try:
+                metadata = self._consumer.list_topics(topic=topic, timeout=timeout_s).topics.get(topic)
+            except KafkaException:
+                continue
+            if metadata is not None:
+                errors[topic] = metadata.error.name() if metadata.error is not None else ""
+        return errors
+
     def pause(self) -> None:
         """Stop fetching from every assigned partition; ``consume`` keeps serving the group protocol."""
         self._consumer.pause(self._consumer.assignment())

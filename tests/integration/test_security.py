@@ -124,3 +124,60 @@ def test_the_pipeline_runs_over_mtls_with_the_key_passphrase_from_a_file(
     )
     for secret in SECRETS:
         assert secret not in log
+
+
+def test_no_acl_on_the_input_topic_is_named_as_such_not_as_a_missing_topic(
+    tmp_path, secured, secured_topics, group_id
+):
+    password = _secret_file(tmp_path, "password", APP_PASSWORD)
+    service = start_on_topics(
+        tmp_path,
+        secured.sasl_ssl,
+        secured_topics,
+        group_id,
+        kafka__security_protocol="SASL_SSL",
+        kafka__sasl_mechanism="SCRAM-SHA-512",
+        kafka__sasl_username=APP_USER,
+        kafka__sasl_password_file=str(password),
+        kafka__ssl_ca_file=str(secured.pki / "ca.pem"),
+    )
+    wait_for(lambda: not service.alive(), 60, "the service to stop")
+    code = service.stop()
+    assert code == 3, service.log()[-2000:]
+    assert f"not authorised to DESCRIBE input topic(s) ['{secured_topics['in']}']" in service.log()
+
+
+def test_no_write_on_the_outputs_holds_the_commits_and_loses_nothing_once_granted(
+    tmp_path, secured, secured_topics, group_id
+):
+    topics = secured_topics
+    grant(secured.admin, f"User:{APP_USER}", read=[topics["in"]], groups=[group_id])
+    coords = produce(secured.admin, topics["in"], metrics_events(50, seed=62))
+    service = start_on_topics(
+        tmp_path,
+        secured.sasl_ssl,
+        topics,
+        group_id,
+        kafka__security_protocol="SASL_SSL",
+        kafka__sasl_mechanism="SCRAM-SHA-512",
+        kafka__sasl_username=APP_USER,
+        kafka__sasl_password_file=str(_secret_file(tmp_path, "password", APP_PASSWORD)),
+        kafka__ssl_ca_file=str(secured.pki / "ca.pem"),
+    )
+    try:
+        wait_for(lambda: service.events("output_topic_not_authorized"), 60, "the outputs named as refused")
+        assert {e["topic"] for e in service.events("output_topic_not_authorized")} == {
+            topics["out"],
+            topics["dlq"],
+        }
+        assert committed(secured.admin, group_id, topics["in"], SERVICE_PARTITIONS) == {
+            p: -1001 for p in range(SERVICE_PARTITIONS)
+        } or not any(
+            v > 0 for v in committed(secured.admin, group_id, topics["in"], SERVICE_PARTITIONS).values()
+        )
+        grant(secured.admin, f"User:{APP_USER}", write=[topics["out"], topics["dlq"]])
+        outputs = read_topic(secured.admin, topics["out"], expected=len(coords))
+        assert counts([source_of(o) for o in outputs]) == counts(coords)
+    finally:
+        code = service.stop()
+    assert code == 0, service.log()[-3000:]
