@@ -1,9 +1,8 @@
 """The service on a secured broker (tests/support/secured.py), configured through the security settings
 alone: SCRAM-SHA-512 over TLS with the password read from a file, and mTLS with an encrypted key whose
 passphrase is read from a file. As a principal holding only the ACLs the service needs, every input gets
-its result and its offset committed, and no secret appears in what the service writes. A missing ACL is
-named as one: on the input topic it stops start-up (exit 3), on the outputs it holds the commits, and
-nothing is lost once it is granted."""
+its result and its offset committed, and no secret appears in what the service writes. No ACL on the
+input topic is named as one, not as a missing topic, and stops start-up (exit 3)."""
 
 from __future__ import annotations
 
@@ -147,36 +146,3 @@ def test_no_acl_on_the_input_topic_is_named_as_such_not_as_a_missing_topic(
     code = service.stop()
     assert code == 3, service.log()[-2000:]
     assert f"not authorised to DESCRIBE input topic(s) ['{secured_topics['in']}']" in service.log()
-
-
-def test_no_write_on_the_outputs_holds_the_commits_and_loses_nothing_once_granted(
-    tmp_path, secured, secured_topics, group_id
-):
-    topics = secured_topics
-    grant(secured.admin, f"User:{APP_USER}", read=[topics["in"]], groups=[group_id])
-    coords = produce(secured.admin, topics["in"], metrics_events(50, seed=62))
-    service = start_on_topics(
-        tmp_path,
-        secured.sasl_ssl,
-        topics,
-        group_id,
-        kafka__security_protocol="SASL_SSL",
-        kafka__sasl_mechanism="SCRAM-SHA-512",
-        kafka__sasl_username=APP_USER,
-        kafka__sasl_password_file=str(_secret_file(tmp_path, "password", APP_PASSWORD)),
-        kafka__ssl_ca_file=str(secured.pki / "ca.pem"),
-    )
-    try:
-        wait_for(lambda: service.events("output_topic_not_authorized"), 60, "the outputs named as refused")
-        assert {e["topic"] for e in service.events("output_topic_not_authorized")} == {
-            topics["out"],
-            topics["dlq"],
-        }
-        held = committed(secured.admin, group_id, topics["in"], SERVICE_PARTITIONS)
-        assert not any(offset > 0 for offset in held.values()), held  # no output acknowledged: no commit
-        grant(secured.admin, f"User:{APP_USER}", write=[topics["out"], topics["dlq"]])
-        outputs = read_topic(secured.admin, topics["out"], expected=len(coords))
-        assert counts([source_of(o) for o in outputs]) == counts(coords)
-    finally:
-        code = service.stop()
-    assert code == 0, service.log()[-3000:]
