@@ -9,6 +9,7 @@ The tree, with each class's exit code (the CLI exits with ``type(error).exit_cod
     │   ├── BrokerUnavailableError  3  no broker answered in time
     │   ├── UnknownTopicError       3  a topic the command needs does not exist
     │   └── NotAuthorizedError      3  the cluster's ACLs refuse the principal what the command needs
+    ├── CouldNotCheckError          4  verify could not read what it checks (a permission it lacks)
     ├── FatalKafkaError             1  librdkafka reported a fatal error; keeps its error code
     ├── EngineFailedError           1  the model fails on a known-good sample: the runtime is broken
     ├── BatchMismatchError          1  a processor or model broke one-result-per-input
@@ -99,6 +100,13 @@ class NotAuthorizedError(EnvironmentNotReadyError):
 
 class BrokerUnavailableError(EnvironmentNotReadyError):
     """No broker answered within ``MICROBATCH_KAFKA__STARTUP_TIMEOUT_S``."""
+
+
+class CouldNotCheckError(MicrobatchError):
+    """``verify`` could not read what it must check (an ACL it lacks, a broker gone): not a verdict
+    either way, so neither 0 (nothing lost) nor 1 (something lost)."""
+
+    exit_code = 4
 
 
 class FatalKafkaError(MicrobatchError):

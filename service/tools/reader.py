@@ -10,7 +10,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
 
-from service.errors import UnknownTopicError
+from service.errors import NotAuthorizedError, UnknownTopicError
 from service.flow.records import InputRecord
 from service.kafka.source import to_record
 from service.observability import logs
@@ -63,7 +63,7 @@ def read_at_least(
 def _reader(client_conf: ClientConf) -> Consumer:
     conf = {
         **client_conf,
-        "group.id": f"microbatch-reader-{uuid.uuid4().hex}",  # never committed: no trace in the cluster
+        "group.id": f"{READER_GROUPS}{uuid.uuid4().hex}",  # never committed: no trace in the cluster
         "enable.auto.commit": False,
         # EOF events end a partition whose last offsets are no records (transaction markers).
         "enable.partition.eof": True,
@@ -71,11 +71,30 @@ def _reader(client_conf: ClientConf) -> Consumer:
     return Consumer(conf | {"logger": logs.client_log(conf)})
 
 
+READER_GROUPS = "microbatch-reader-"
+"""The prefix of the (never committed) group ids a reader uses: its principal needs READ on groups with it."""
+
+
 def _partitions(consumer: Consumer, topic: str, timeout_s: float) -> list[int]:
     metadata = consumer.list_topics(topic, timeout=timeout_s).topics[topic]
     if metadata.error is not None:
+        if metadata.error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+            raise NotAuthorizedError(
+                f"not authorised to DESCRIBE topic {topic!r}: grant READ and DESCRIBE on it"
+            )
         raise UnknownTopicError(f"topic {topic!r}: {metadata.error.str()}")
     return sorted(metadata.partitions)
+
+
+def _refused(err: KafkaError, topic: str) -> NotAuthorizedError | None:
+    if err.code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
+        return NotAuthorizedError(
+            f"not authorised to READ a group of its own: grant READ on groups prefixed {READER_GROUPS!r} "
+            "(nothing is ever committed there)"
+        )
+    if err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+        return NotAuthorizedError(f"not authorised to READ topic {topic!r}: grant READ and DESCRIBE on it")
+    return None
 
 
 def _consume_until(consumer: Consumer, ends: dict[int, int], timeout_s: float) -> Iterator[Message]:
@@ -89,7 +108,7 @@ def _consume_until(consumer: Consumer, ends: dict[int, int], timeout_s: float) -
             end = remaining.get(partition)
             if err is not None:
                 if err.code() != KafkaError._PARTITION_EOF:
-                    raise RuntimeError(err.str())
+                    raise _refused(err, msg.topic() or "") or RuntimeError(err.str())
                 remaining.pop(partition, None)
                 continue
             if end is None:

@@ -25,7 +25,7 @@ from typing import Any
 import msgspec
 
 from service.config import DlqSettings, InputSettings, OutputSettings, Settings
-from service.errors import EXIT_OK, UnknownTopicError
+from service.errors import EXIT_OK, CouldNotCheckError, NotAuthorizedError, UnknownTopicError
 from service.flow.records import InputRecord
 from service.formats import FORMATS, Format, load_format
 from service.tools.reader import ClientConf, read_to_end
@@ -55,16 +55,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    """Exit 0 when nothing was lost (and, with --strict-order, nothing answered out of order), else 1."""
-    report = verify(
-        settings.kafka.client_config(),
-        args.input,
-        args.output or settings.output.topic,
-        args.dlq or settings.dlq.topic,
-        args.timeout,
-        # OTLP requests hold metrics where rows are assembled: MICROBATCH_ASSEMBLE__ENABLED=true says so.
-        fmt=load_format(args.format or settings.input.format, metrics=settings.assemble.enabled is True),
-    )
+    """Exit 0 when nothing was lost (and, with --strict-order, nothing answered out of order), else 1;
+    4 (CouldNotCheckError) when a topic cannot be read to its end: a permission missing, a broker gone."""
+    try:
+        report = verify(
+            settings.kafka.client_config(),
+            args.input,
+            args.output or settings.output.topic,
+            args.dlq or settings.dlq.topic,
+            args.timeout,
+            # OTLP requests hold metrics where rows are assembled: MICROBATCH_ASSEMBLE__ENABLED=true says so.
+            fmt=load_format(args.format or settings.input.format, metrics=settings.assemble.enabled is True),
+        )
+    except (NotAuthorizedError, TimeoutError, RuntimeError) as exc:
+        raise CouldNotCheckError(f"could not check: {exc}") from None
     strict = args.strict_order
     print(msgspec.json.encode(report).decode() if args.json else format_report(report, strict_order=strict))
     return EXIT_OK if report.judge(strict_order=strict) else 1

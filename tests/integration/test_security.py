@@ -7,11 +7,15 @@ input topic is named as one, not as a missing topic, and stops start-up (exit 3)
 from __future__ import annotations
 
 import contextlib
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from service.tools.reader import READER_GROUPS
 from service.tools.topics import TopicAdmin
 from tests.support.broker import make_topic_factory
 from tests.support.harness import (
@@ -146,3 +150,55 @@ def test_no_acl_on_the_input_topic_is_named_as_such_not_as_a_missing_topic(
     code = service.stop()
     assert code == 3, service.log()[-2000:]
     assert f"not authorised to DESCRIBE input topic(s) ['{secured_topics['in']}']" in service.log()
+
+
+def test_verify_with_the_services_credentials_says_which_permission_it_lacks_and_exits_4(
+    tmp_path, secured, secured_topics, group_id
+):
+    topics = secured_topics
+    log = _serve_all(  # a real run to check, then verify as the same principal
+        tmp_path,
+        secured,
+        topics,
+        group_id,
+        f"User:{APP_USER}",
+        secured.sasl_ssl,
+        **_scram(tmp_path, secured),
+    )
+    assert log
+    env = {k: v for k, v in os.environ.items() if not k.upper().startswith("MICROBATCH_")}
+    env |= {f"MICROBATCH_{k.upper()}": v for k, v in _scram(tmp_path, secured).items()}
+    env["MICROBATCH_KAFKA__BOOTSTRAP_SERVERS"] = secured.sasl_ssl
+    command = [sys.executable, "-m", "service", "verify", "--input", topics["in"]]
+    command += ["--output", topics["out"], "--dlq", topics["dlq"], "--timeout", "20"]
+
+    def verify() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, check=False)
+
+    # The service's ACLs let it write the outputs, not read them back: verify names what it lacks.
+    refused = verify()
+    assert refused.returncode == 4, refused.stderr[-2000:]
+    assert "Traceback" not in refused.stderr
+    assert "could not check: not authorised to READ a group of its own: grant READ on groups prefixed " in (
+        refused.stderr
+    ), refused.stderr[-1000:]
+    grant(secured.admin, f"User:{APP_USER}", group_prefixes=[READER_GROUPS])
+    refused = verify()
+    assert refused.returncode == 4, refused.stderr[-2000:]
+    assert f"could not check: not authorised to READ topic '{topics['out']}'" in refused.stderr, (
+        refused.stderr
+    )
+    grant(secured.admin, f"User:{APP_USER}", read=[topics["out"], topics["dlq"]])
+    checked = verify()
+    assert checked.returncode == 0, checked.stdout + checked.stderr[-1000:]
+    assert "OK: nothing lost" in checked.stdout, checked.stdout
+
+
+def _scram(tmp_path: Path, secured: Secured) -> dict[str, str]:
+    return {
+        "kafka__security_protocol": "SASL_SSL",
+        "kafka__sasl_mechanism": "SCRAM-SHA-512",
+        "kafka__sasl_username": APP_USER,
+        "kafka__sasl_password_file": str(_secret_file(tmp_path, "password", APP_PASSWORD)),
+        "kafka__ssl_ca_file": str(secured.pki / "ca.pem"),
+    }

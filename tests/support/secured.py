@@ -72,14 +72,18 @@ def grant(
     read: Iterable[str] = (),
     write: Iterable[str] = (),
     groups: Iterable[str] = (),
+    group_prefixes: Iterable[str] = (),
 ) -> None:
     """The least the service needs, as ACLs on ``principal`` (``User:app``): READ and DESCRIBE on the
-    topics it reads, WRITE and DESCRIBE on those it writes, READ on its groups."""
+    topics it reads, WRITE and DESCRIBE on those it writes, READ on its groups (and on groups by prefix)."""
 
-    def allow(kind: ResourceType, name: str, operation: AclOperation) -> AclBinding:
-        return AclBinding(
-            kind, name, ResourcePatternType.LITERAL, principal, "*", operation, AclPermissionType.ALLOW
-        )
+    def allow(
+        kind: ResourceType,
+        name: str,
+        operation: AclOperation,
+        pattern: ResourcePatternType = ResourcePatternType.LITERAL,
+    ) -> AclBinding:
+        return AclBinding(kind, name, pattern, principal, "*", operation, AclPermissionType.ALLOW)
 
     bindings = [
         allow(ResourceType.TOPIC, t, op) for t in read for op in (AclOperation.READ, AclOperation.DESCRIBE)
@@ -88,6 +92,9 @@ def grant(
         allow(ResourceType.TOPIC, t, op) for t in write for op in (AclOperation.WRITE, AclOperation.DESCRIBE)
     ]
     bindings += [allow(ResourceType.GROUP, g, AclOperation.READ) for g in groups]
+    bindings += [
+        allow(ResourceType.GROUP, g, AclOperation.READ, ResourcePatternType.PREFIXED) for g in group_prefixes
+    ]
     client = AdminClient({"bootstrap.servers": admin})  # held until the futures are done
     for future in client.create_acls(bindings).values():
         future.result(15)

@@ -14,10 +14,12 @@ from service import cli
 from service.errors import (
     BrokerUnavailableError,
     ConfigError,
+    CouldNotCheckError,
     EngineFailedError,
     EnvironmentNotReadyError,
     FatalKafkaError,
     MicrobatchError,
+    NotAuthorizedError,
     UnknownTopicError,
     UsageError,
 )
@@ -112,6 +114,8 @@ def test_a_bad_flag_is_a_usage_error_exiting_2_and_naming_the_flag(capsys):
         (EnvironmentNotReadyError("no"), 3),
         (UnknownTopicError("no"), 3),
         (BrokerUnavailableError("no"), 3),
+        (NotAuthorizedError("no"), 3),
+        (CouldNotCheckError("no"), 4),
         (FatalKafkaError("producer", -144, "_FENCED", "fenced"), 1),
         (EngineFailedError("broken"), 1),
         (MicrobatchError("failed"), 1),
