@@ -41,6 +41,7 @@ class Source:
         self._redact = redactor(settings.private_values())
         self._settings = settings
         self._cause: tuple[float, Cause] | None = None  # when first seen, what
+        self._starting = True  # causes are read only until wait_ready returns
         self._fatal = FatalWatch("consumer", on_brokers, self._redact, self._read_cause)
         self._on_brokers = on_brokers
         options = settings.consumer_config()
@@ -125,7 +126,9 @@ class Source:
 
     def _read_cause(self, text: str) -> None:
         """error_cb and log lines while starting: keep the first configuration fault they name."""
-        if self._cause is None and (cause := cause_of(self._redact(text), self._settings)) is not None:
+        if not self._starting or self._cause is not None:
+            return  # running: librdkafka's errors during an outage cost nothing here
+        if (cause := cause_of(self._redact(text), self._settings)) is not None:
             self._cause = (time.monotonic(), cause)
 
     def wait_ready(
@@ -162,7 +165,8 @@ class Source:
                         _log.warning("waiting_for_brokers", bootstrap=self._bootstrap, error=error)
             return None
         finally:
-            self._client_log.tap = None  # started (or stopping): causes are read at start-up only
+            self._starting = False  # started (or stopping): causes are read at start-up only
+            self._client_log.tap = None
 
     def _waited(self, exc: KafkaException, deadline: float, timeout_s: float) -> None:
         if time.monotonic() >= deadline:

@@ -11,7 +11,6 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -30,14 +29,7 @@ from tests.support.harness import (
     start_on_topics,
     wait_for,
 )
-from tests.support.secured import (
-    APP_PASSWORD,
-    APP_USER,
-    CLIENT_KEY_PASSWORD,
-    SECRETS,
-    Secured,
-    grant,
-)
+from tests.support.secured import APP_USER, SECRETS, Secured, grant, mtls_settings, scram_settings
 
 EVENTS = 400
 
@@ -55,23 +47,15 @@ def secured_topics(secured: Secured) -> Iterator[dict[str, str]]:
         next(made)
 
 
-def _secret_file(folder: Path, name: str, secret: str) -> Path:
-    path = folder / name
-    path.write_text(secret + "\n")  # as a Kubernetes Secret volume holds it
-    return path
-
-
-def _serve_all(
-    tmp_path, secured: Secured, topics, group_id, principal: str, bootstrap: str, **security: str
-) -> str:
-    """Grant ``principal`` the service's ACLs, run the service on ``bootstrap`` with ``security`` settings
-    over ``EVENTS`` events, and check every one has exactly one result and every offset is committed.
-    Returns its log."""
+def _serve_all(tmp_path, secured: Secured, topics, group_id, principal: str, settings: dict[str, str]) -> str:
+    """Grant ``principal`` the service's ACLs, run the service with ``settings`` (its bootstrap servers
+    among them) over ``EVENTS`` events, and check every one has exactly one result and every offset is
+    committed. Returns its log."""
     grant(
         secured.admin, principal, read=[topics["in"]], write=[topics["out"], topics["dlq"]], groups=[group_id]
     )
     coords = produce(secured.admin, topics["in"], metrics_events(EVENTS, seed=61))
-    service = start_on_topics(tmp_path, bootstrap, topics, group_id, **security)
+    service = _start(tmp_path, topics, group_id, settings)
     try:
         outputs = read_topic(secured.admin, topics["out"], expected=EVENTS)
         assert counts([source_of(o) for o in outputs]) == counts(coords)
@@ -88,23 +72,16 @@ def _serve_all(
     return log
 
 
+def _start(tmp_path, topics, group_id, settings: dict[str, str]):
+    rest = dict(settings)
+    return start_on_topics(tmp_path, rest.pop("kafka__bootstrap_servers"), topics, group_id, **rest)
+
+
 def test_the_pipeline_runs_over_scram_and_tls_with_the_password_from_a_file(
     tmp_path, secured, secured_topics, group_id
 ):
-    log = _serve_all(
-        tmp_path,
-        secured,
-        secured_topics,
-        group_id,
-        f"User:{APP_USER}",
-        secured.sasl_ssl,
-        kafka__security_protocol="SASL_SSL",
-        kafka__sasl_mechanism="SCRAM-SHA-512",
-        kafka__sasl_username=APP_USER,
-        kafka__sasl_password_file=str(_secret_file(tmp_path, "password", APP_PASSWORD)),
-        kafka__ssl_ca_file=str(secured.pki / "ca.pem"),
-        log__level="debug",
-    )
+    settings = scram_settings(secured, tmp_path, log__level="debug")
+    log = _serve_all(tmp_path, secured, secured_topics, group_id, f"User:{APP_USER}", settings)
     assert '"sasl_mechanism": "SCRAM-SHA-512", "sasl_username": "app"' in log  # the start-up line says so
     for secret in SECRETS:
         assert secret not in log
@@ -113,20 +90,9 @@ def test_the_pipeline_runs_over_scram_and_tls_with_the_password_from_a_file(
 def test_the_pipeline_runs_over_mtls_with_the_key_passphrase_from_a_file(
     tmp_path, secured, secured_topics, group_id
 ):
-    log = _serve_all(
-        tmp_path,
-        secured,
-        secured_topics,
-        group_id,
-        "User:alice",  # the certificate's CN (ssl.principal.mapping.rules)
-        secured.mtls,
-        kafka__security_protocol="SSL",
-        kafka__ssl_ca_file=str(secured.pki / "ca.pem"),
-        kafka__ssl_cert_file=str(secured.pki / "alice.crt"),
-        kafka__ssl_key_file=str(secured.pki / "alice.key"),
-        kafka__ssl_key_password_file=str(_secret_file(tmp_path, "key-password", CLIENT_KEY_PASSWORD)),
-        log__level="debug",
-    )
+    settings = mtls_settings(secured, tmp_path, log__level="debug")
+    # The principal is the certificate's CN (ssl.principal.mapping.rules).
+    log = _serve_all(tmp_path, secured, secured_topics, group_id, "User:alice", settings)
     for secret in SECRETS:
         assert secret not in log
 
@@ -134,18 +100,7 @@ def test_the_pipeline_runs_over_mtls_with_the_key_passphrase_from_a_file(
 def test_no_acl_on_the_input_topic_is_named_as_such_not_as_a_missing_topic(
     tmp_path, secured, secured_topics, group_id
 ):
-    password = _secret_file(tmp_path, "password", APP_PASSWORD)
-    service = start_on_topics(
-        tmp_path,
-        secured.sasl_ssl,
-        secured_topics,
-        group_id,
-        kafka__security_protocol="SASL_SSL",
-        kafka__sasl_mechanism="SCRAM-SHA-512",
-        kafka__sasl_username=APP_USER,
-        kafka__sasl_password_file=str(password),
-        kafka__ssl_ca_file=str(secured.pki / "ca.pem"),
-    )
+    service = _start(tmp_path, secured_topics, group_id, scram_settings(secured, tmp_path))
     wait_for(lambda: not service.alive(), 60, "the service to stop")
     code = service.stop()
     assert code == 3, service.log()[-2000:]
@@ -156,19 +111,10 @@ def test_verify_with_the_services_credentials_says_which_permission_it_lacks_and
     tmp_path, secured, secured_topics, group_id
 ):
     topics = secured_topics
-    log = _serve_all(  # a real run to check, then verify as the same principal
-        tmp_path,
-        secured,
-        topics,
-        group_id,
-        f"User:{APP_USER}",
-        secured.sasl_ssl,
-        **_scram(tmp_path, secured),
-    )
-    assert log
+    settings = scram_settings(secured, tmp_path)
+    _serve_all(tmp_path, secured, topics, group_id, f"User:{APP_USER}", settings)  # a real run to check
     env = {k: v for k, v in os.environ.items() if not k.upper().startswith("MICROBATCH_")}
-    env |= {f"MICROBATCH_{k.upper()}": v for k, v in _scram(tmp_path, secured).items()}
-    env["MICROBATCH_KAFKA__BOOTSTRAP_SERVERS"] = secured.sasl_ssl
+    env |= {f"MICROBATCH_{k.upper()}": v for k, v in settings.items()}
     command = [sys.executable, "-m", "service", "verify", "--input", topics["in"]]
     command += ["--output", topics["out"], "--dlq", topics["dlq"], "--timeout", "20"]
 
@@ -192,13 +138,3 @@ def test_verify_with_the_services_credentials_says_which_permission_it_lacks_and
     checked = verify()
     assert checked.returncode == 0, checked.stdout + checked.stderr[-1000:]
     assert "OK: nothing lost" in checked.stdout, checked.stdout
-
-
-def _scram(tmp_path: Path, secured: Secured) -> dict[str, str]:
-    return {
-        "kafka__security_protocol": "SASL_SSL",
-        "kafka__sasl_mechanism": "SCRAM-SHA-512",
-        "kafka__sasl_username": APP_USER,
-        "kafka__sasl_password_file": str(_secret_file(tmp_path, "password", APP_PASSWORD)),
-        "kafka__ssl_ca_file": str(secured.pki / "ca.pem"),
-    }

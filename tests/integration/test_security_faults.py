@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.secured import APP_PASSWORD, APP_USER, CLIENT_KEY_PASSWORD, SECRETS, Secured
+from tests.support.secured import SECRETS, mtls_settings, scram_settings, secret_file
 
 STARTUP_TIMEOUT_S = 30  # the default: a fault not named in time would exit 3 after it
 
@@ -40,60 +40,35 @@ def run_service(tmp_path: Path, **settings: str) -> tuple[int, str, float]:
     return done.returncode, done.stderr, time.monotonic() - started
 
 
-def _file(tmp_path: Path, name: str, text: str) -> str:
-    (tmp_path / name).write_text(text + "\n")
-    return str(tmp_path / name)
-
-
-def scram(secured: Secured, tmp_path: Path, **changes: str) -> dict[str, str]:
-    return {
-        "kafka__bootstrap_servers": secured.sasl_ssl,
-        "kafka__security_protocol": "SASL_SSL",
-        "kafka__sasl_mechanism": "SCRAM-SHA-512",
-        "kafka__sasl_username": APP_USER,
-        "kafka__sasl_password_file": _file(tmp_path, "password", APP_PASSWORD),
-        "kafka__ssl_ca_file": str(secured.pki / "ca.pem"),
-    } | changes
-
-
-def mtls(secured: Secured, tmp_path: Path, **changes: str) -> dict[str, str]:
-    return {
-        "kafka__bootstrap_servers": secured.mtls,
-        "kafka__security_protocol": "SSL",
-        "kafka__ssl_ca_file": str(secured.pki / "ca.pem"),
-        "kafka__ssl_cert_file": str(secured.pki / "alice.crt"),
-        "kafka__ssl_key_file": str(secured.pki / "alice.key"),
-        "kafka__ssl_key_password": CLIENT_KEY_PASSWORD,
-    } | changes
-
-
 def _without(settings: dict[str, str], *keys: str) -> dict[str, str]:
     return {k: v for k, v in settings.items() if k not in keys}
 
 
 FAULTS = {
     "wrong password": (
-        lambda s, t: scram(s, t, kafka__sasl_password_file=_file(t, "wrong", "not-the-password")),
+        lambda s, t: scram_settings(
+            s, t, kafka__sasl_password_file=secret_file(t, "wrong", "not-the-password")
+        ),
         "MICROBATCH_KAFKA__SASL_PASSWORD_FILE",
         "refused the credentials of user 'app' with SCRAM-SHA-512",
     ),
     "unknown user": (
-        lambda s, t: scram(s, t, kafka__sasl_username="nobody"),
+        lambda s, t: scram_settings(s, t, kafka__sasl_username="nobody"),
         "MICROBATCH_KAFKA__SASL_PASSWORD_FILE",
         "refused the credentials of user 'nobody'",
     ),
     "mechanism the listener lacks": (
-        lambda s, t: scram(s, t, kafka__sasl_mechanism="SCRAM-SHA-256"),
+        lambda s, t: scram_settings(s, t, kafka__sasl_mechanism="SCRAM-SHA-256"),
         "MICROBATCH_KAFKA__SASL_MECHANISM",
         "does not offer SCRAM-SHA-256; it offers SCRAM-SHA-512",
     ),
     "untrusted CA": (
-        lambda s, t: scram(s, t, kafka__ssl_ca_file=str(s.pki / "rogue-ca.pem")),
+        lambda s, t: scram_settings(s, t, kafka__ssl_ca_file=str(s.pki / "rogue-ca.pem")),
         "MICROBATCH_KAFKA__SSL_CA_FILE",
         "could not be verified against the CA in",
     ),
     "no CA setting": (
-        lambda s, t: _without(scram(s, t), "kafka__ssl_ca_file"),
+        lambda s, t: _without(scram_settings(s, t), "kafka__ssl_ca_file"),
         "MICROBATCH_KAFKA__SSL_CA_FILE",
         "the system's CAs (none set)",
     ),
@@ -103,19 +78,19 @@ FAULTS = {
         "it expects TLS (SSL or SASL_SSL), not PLAINTEXT",
     ),
     "SASL_PLAINTEXT to the TLS port": (
-        lambda s, t: scram(s, t, kafka__security_protocol="SASL_PLAINTEXT"),
+        lambda s, t: scram_settings(s, t, kafka__security_protocol="SASL_PLAINTEXT"),
         "MICROBATCH_KAFKA__SECURITY_PROTOCOL",
         "not SASL_PLAINTEXT",
     ),
     "mTLS with no certificate": (
         lambda s, t: _without(
-            mtls(s, t), "kafka__ssl_cert_file", "kafka__ssl_key_file", "kafka__ssl_key_password"
+            mtls_settings(s, t), "kafka__ssl_cert_file", "kafka__ssl_key_file", "kafka__ssl_key_password_file"
         ),
         "MICROBATCH_KAFKA__SSL_CERT_FILE",
         "requires a client certificate signed by a CA it trusts; none was set",
     ),
     "a certificate from a rogue CA": (
-        lambda s, t: mtls(
+        lambda s, t: mtls_settings(
             s,
             t,
             kafka__ssl_cert_file=str(s.pki / "mallory.crt"),

@@ -98,3 +98,35 @@ def grant(
     client = AdminClient({"bootstrap.servers": admin})  # held until the futures are done
     for future in client.create_acls(bindings).values():
         future.result(15)
+
+
+def secret_file(folder: Path, name: str, secret: str) -> str:
+    """``secret`` in a file, as a Kubernetes Secret volume holds it (with a trailing newline)."""
+    path = folder / name
+    path.write_text(secret + "\n")
+    return str(path)
+
+
+def scram_settings(secured: Secured, folder: Path, **changes: str) -> dict[str, str]:
+    """The service's settings for SCRAM-SHA-512 over TLS as ``app``, the password from a file in ``folder``
+    (bootstrap servers included), with ``changes`` on top."""
+    return {
+        "kafka__bootstrap_servers": secured.sasl_ssl,
+        "kafka__security_protocol": "SASL_SSL",
+        "kafka__sasl_mechanism": "SCRAM-SHA-512",
+        "kafka__sasl_username": APP_USER,
+        "kafka__sasl_password_file": secret_file(folder, "password", APP_PASSWORD),
+        "kafka__ssl_ca_file": str(secured.pki / "ca.pem"),
+    } | changes
+
+
+def mtls_settings(secured: Secured, folder: Path, **changes: str) -> dict[str, str]:
+    """The service's settings for mTLS as ``alice``, the key's passphrase from a file in ``folder``."""
+    return {
+        "kafka__bootstrap_servers": secured.mtls,
+        "kafka__security_protocol": "SSL",
+        "kafka__ssl_ca_file": str(secured.pki / "ca.pem"),
+        "kafka__ssl_cert_file": str(secured.pki / "alice.crt"),
+        "kafka__ssl_key_file": str(secured.pki / "alice.key"),
+        "kafka__ssl_key_password_file": secret_file(folder, "key-password", CLIENT_KEY_PASSWORD),
+    } | changes
