@@ -34,12 +34,12 @@ from service.flow.inflight import executor_for
 from service.flow.outputs import Outputs
 from service.flow.pipeline import Pipeline
 from service.flow.ports import EngineLike, ExecutorLike, SinkLike, SourceLike, TelemetryLike
-from service.flow.records import Decoded, InputRecord
+from service.flow.records import Access, Decoded, InputRecord, no_access_report
 from service.flow.sizing import BatchSizeController, FixedBatchSize, Sizing
 from service.formats import Picker, load_format, parse_path
 from service.kafka import Sink, Source
 from service.kafka.causes import client_error_setting
-from service.observability import Health, Metrics, MetricsServer, Telemetry
+from service.observability import AccessReport, Health, Metrics, MetricsServer, Telemetry
 from service.processors import Processor
 
 _log = structlog.get_logger("microbatch")
@@ -173,7 +173,7 @@ def run_service(settings: Settings) -> int:
     metrics.ready.set_function(lambda: float(health.ready()[0]))
     server = start_server(settings, metrics, health)
     try:
-        source, sink = build_clients(settings.kafka, health.brokers)
+        source, sink = build_clients(settings.kafka, health.brokers, AccessReport(metrics, health))
         model = load_model(settings)
         metrics.model_loaded(model.ref.name, model.ref.version, model.ref.provider)
         sizes = {1, settings.batch.min_size, settings.batch.max_size}
@@ -232,13 +232,16 @@ def start_server(settings: Settings, metrics: Metrics, health: Health) -> Metric
 
 
 def build_clients(
-    kafka: KafkaSettings, on_brokers: Callable[[bool], None] = lambda _up: None
+    kafka: KafkaSettings,
+    on_brokers: Callable[[bool], None] = lambda _up: None,
+    on_access: Access = no_access_report,
 ) -> tuple[Source, Sink]:
     """Create both clients first, so librdkafka's own validation of the options (unknown keys, bad
     values in the *_EXTRA settings) stops start-up as a configuration error naming the variable, with
-    every configured value taken out of librdkafka's message."""
+    every configured value taken out of librdkafka's message. Both tell ``on_access`` of permissions
+    refused while running."""
     try:
-        return Source(kafka, on_brokers), Sink(kafka)
+        return Source(kafka, on_brokers, on_access), Sink(kafka, on_access)
     except KafkaException as exc:
         message = exc.args[0].str()
         setting = client_error_setting(message, kafka) or kafka.extra_setting(message)

@@ -256,4 +256,5 @@ class MetricsSettings(Section):
     liveness_timeout_s: float = Field(60.0, gt=0, le=3_600)
     """``/healthz`` fails when the consume loop has not come round for this long (a stuck loop)."""
     broker_timeout_s: float = Field(30.0, gt=0, le=3_600)
-    """``/readyz`` fails when no broker has answered for this long."""
+    """``/readyz`` fails when no broker has answered, or a permission the service needs has been refused,
+    for this long."""

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
@@ -95,3 +95,23 @@ class LoopState:
     paused: int
     lag: Mapping[TopicPartition, int]
     open_rows: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Permission:
+    """An ACL the service's principal needs: ``operation`` on ``resource`` ``name``."""
+
+    operation: Literal["READ", "WRITE"]
+    resource: Literal["group", "topic"]
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.operation} on {self.resource} {self.name!r}"
+
+
+Access = Callable[[Permission, bool], None]
+"""``access(permission, refused)``: True when the cluster refused it, False when it was seen to work."""
+
+
+def no_access_report(_permission: Permission, _refused: bool) -> None:
+    """The default ``Access``: report nothing."""

@@ -16,7 +16,8 @@ import structlog
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from service.config import KafkaSettings, redactor
-from service.flow.records import InputRecord, OutRecord
+from service.flow.records import Access, InputRecord, OutRecord, Permission, no_access_report
+from service.kafka.access import refused_writing
 from service.kafka.watch import FatalWatch
 from service.observability.logs import client_log
 
@@ -35,9 +36,10 @@ _REFUSED = {
 
 
 class Sink:
-    """Wraps ``confluent_kafka.Producer`` (idempotent, acks=all)."""
+    """Wraps ``confluent_kafka.Producer`` (idempotent, acks=all). ``on_access`` is told of WRITE on a topic
+    refused, and of it working again (a delivery to that topic acknowledged)."""
 
-    def __init__(self, settings: KafkaSettings) -> None:
+    def __init__(self, settings: KafkaSettings, on_access: Access = no_access_report) -> None:
         self._redact = redactor(settings.private_values())
         self._fatal = FatalWatch("producer", redact=self._redact)
         options = settings.producer_config()
@@ -48,6 +50,8 @@ class Sink:
         self._refused: list[tuple[OutRecord, str]] = []
         self._retry: list[tuple[float, int, OutRecord]] = []
         self._failure_log: dict[tuple[str, int], tuple[float, int]] = {}
+        self._on_access = on_access
+        self._refused_topics: set[str] = set()  # WRITE refused, until a delivery to it is acknowledged
 
     def send(self, out: OutRecord, attempt: int = 0) -> None:
         """Queue ``out``. Blocks (serving delivery reports) only while the local queue is full."""
@@ -111,6 +115,9 @@ class Sink:
             self._acked.append(out.source)
             if out.also:  # an assembled row answers every message that fed it
                 self._acked.extend(out.also)
+            if self._refused_topics and out.topic in self._refused_topics:
+                self._refused_topics.discard(out.topic)
+                self._on_access(Permission("WRITE", "topic", out.topic), False)
         else:
             self._failed(out, attempt, err)
 
@@ -126,6 +133,9 @@ class Sink:
             _log.error("delivery_refused", **fields)
             self._refused.append((out, self._redact(err.str())))
             return
+        if (refused := refused_writing(err, out.topic)) is not None:
+            self._refused_topics.add(out.topic)
+            self._on_access(refused, True)
         delay = min(_MAX_BACKOFF_S, 0.1 * 2**attempt)
         self._retry.append((time.monotonic() + delay, attempt + 1, out))
         # One line per topic and error every few seconds, with a count: an unavailable topic fails every

@@ -13,7 +13,8 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 from service.config import KafkaSettings, redactor
 from service.errors import BrokerUnavailableError, ConfigError
 from service.flow.ports import RebalanceListener
-from service.flow.records import InputRecord, TopicPartition
+from service.flow.records import Access, InputRecord, Permission, TopicPartition, no_access_report
+from service.kafka.access import refused_reading
 from service.kafka.causes import Cause, cause_of
 from service.kafka.watch import BrokerStats, FatalWatch
 from service.observability.logs import client_log
@@ -33,10 +34,15 @@ class Source:
     """Wraps ``confluent_kafka.Consumer``: consume in batches, store offsets, commit synchronously.
 
     ``on_brokers(up)`` is told, from inside ``consume``, whether any broker is reachable: False as soon as
-    librdkafka reports all brokers down, True when its next statistics show one up (every 5 s)."""
+    librdkafka reports all brokers down, True when its next statistics show one up (every 5 s).
+    ``on_access`` is told of READ on the group or a topic refused, and of it working again (partitions
+    assigned; a record from that topic)."""
 
     def __init__(
-        self, settings: KafkaSettings, on_brokers: Callable[[bool], None] = lambda _up: None
+        self,
+        settings: KafkaSettings,
+        on_brokers: Callable[[bool], None] = lambda _up: None,
+        on_access: Access = no_access_report,
     ) -> None:
         self._redact = redactor(settings.private_values())
         self._settings = settings
@@ -44,6 +50,9 @@ class Source:
         self._starting = True  # causes are read only until wait_ready returns
         self._fatal = FatalWatch("consumer", on_brokers, self._redact, self._read_cause)
         self._on_brokers = on_brokers
+        self._on_access = on_access
+        self._group = Permission("READ", "group", settings.group_id)
+        self._refused_topics: set[str] = set()  # READ refused, until a record from it arrives
         options = settings.consumer_config()
         conf: dict[str, object] = {**options, "error_cb": self._fatal}
         self._client_log = client_log(options, settings.private_values())
@@ -65,9 +74,13 @@ class Source:
         def tps(parts: list[KafkaTopicPartition]) -> list[TopicPartition]:
             return [(p.topic, p.partition) for p in parts]
 
+        def assigned(parts: list[KafkaTopicPartition]) -> None:
+            self._on_access(self._group, False)  # joined: READ on the group works
+            listener.on_assigned(tps(parts))
+
         self._consumer.subscribe(
             topics,
-            on_assign=lambda _c, parts: listener.on_assigned(tps(parts)),
+            on_assign=lambda _c, parts: assigned(parts),
             on_revoke=lambda _c, parts: listener.on_revoked(tps(parts)),
             on_lost=lambda _c, parts: listener.on_lost(tps(parts)),
         )
@@ -88,7 +101,14 @@ class Source:
                 self._on_message_error(msg, err)
                 continue
             records.append(to_record(msg, now))
+        if self._refused_topics and records:
+            self._read_again({r.topic for r in records})
         return records
+
+    def _read_again(self, topics: set[str]) -> None:
+        for topic in self._refused_topics & topics:
+            self._refused_topics.discard(topic)
+            self._on_access(Permission("READ", "topic", topic), False)
 
     def lag(self) -> dict[TopicPartition, int]:
         """Messages between the consumer's position and the end of each assigned partition, from the
@@ -207,6 +227,11 @@ class Source:
 
     def _on_message_error(self, msg: Message, err: KafkaError) -> None:
         if err.code() == KafkaError._PARTITION_EOF:
+            return
+        if (refused := refused_reading(err, msg.topic(), self._group.name)) is not None:
+            if refused.resource == "topic":
+                self._refused_topics.add(refused.name)
+            self._on_access(refused, True)  # logged there, by permission, not per error
             return
         error = self._redact(err.str())
         _log.warning("consume_error", topic=msg.topic(), partition=msg.partition(), error=error)

@@ -7,14 +7,16 @@ their own threads; each is one assignment), and the HTTP thread reads them with 
   the timeout must stay above that (the settings check it).
 - **Ready** (``/readyz``): the model is warmed up, the loop runs (partitions assigned, or waiting for an
   assignment: both are normal for a member of a group) and not shutting down, and a broker has been
-  reachable within ``broker_timeout_s``.
+  reachable within ``broker_timeout_s``, and no permission the service needs (READ on its group or an
+  input topic, WRITE on an output topic) has been refused for longer than that: a member that cannot join
+  its group, or cannot write its results, is up but does no work.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass
@@ -29,6 +31,9 @@ class Health:
     brokers_down_since: float | None = None
     """Set when the client reports every broker down; cleared when one is up again."""
     assigned: int = 0
+    refused: dict[str, float] = field(default_factory=dict)
+    """Each permission the cluster refuses, by name, and since when; replaced, never changed in place, so
+    the probes' thread always reads a whole one."""
 
     def tick(self) -> None:
         """The loop came round. Called every iteration: one attribute store."""
@@ -40,6 +45,14 @@ class Health:
             self.brokers_down_since = None
         elif self.brokers_down_since is None:
             self.brokers_down_since = self.clock()
+
+    def access(self, permission: str, refused: bool) -> None:
+        """The cluster refused ``permission`` (kept from the first refusal on), or it works again."""
+        if refused:
+            if permission not in self.refused:
+                self.refused = {**self.refused, permission: self.clock()}
+        elif permission in self.refused:
+            self.refused = {k: v for k, v in self.refused.items() if k != permission}
 
     def live(self) -> tuple[bool, str]:
         """(live?, why) for ``/healthz``."""
@@ -61,6 +74,9 @@ class Health:
         down = self.brokers_down_since
         if down is not None and self.clock() - down > self.broker_timeout_s:
             return False, f"no broker reachable for {self.clock() - down:.0f}s"
+        for permission, since in self.refused.items():
+            if self.clock() - since > self.broker_timeout_s:
+                return False, f"not authorised: {permission} refused for {self.clock() - since:.0f}s"
         live, why = self.live()
         if not live:
             return False, why

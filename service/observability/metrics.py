@@ -101,6 +101,13 @@ class Metrics:
             f"{p}_commit_seconds", "Synchronous offset commits.", buckets=TIME_BUCKETS, registry=r
         )
         self.commit_failures = Counter(f"{p}_commit_failures", "Offset commits that failed.", registry=r)
+        self.authorization_failures = Counter(
+            f"{p}_authorization_failures",
+            "Requests and deliveries the cluster refused for want of an ACL, by the permission missing "
+            "(logged once per refusal as not_authorised).",
+            ["operation", "resource", "name"],
+            registry=r,
+        )
         self.splits = Counter(
             f"{p}_batch_splits", "Failed batches split in halves (e.g. GPU out of memory).", registry=r
         )

@@ -2,7 +2,9 @@
 alone: SCRAM-SHA-512 over TLS with the password read from a file, and mTLS with an encrypted key whose
 passphrase is read from a file. As a principal holding only the ACLs the service needs, every input gets
 its result and its offset committed, and no secret appears in what the service writes. No ACL on the
-input topic is named as one, not as a missing topic, and stops start-up (exit 3)."""
+input topic is named as one, not as a missing topic, and stops start-up (exit 3). A permission refused
+while running (READ on the group, READ on the input, WRITE on the output) is named, counted and fails
+``/readyz`` after the bound, and granting it mid-run is enough: nothing is lost."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import sys
 from collections.abc import Iterator
 
 import pytest
+from confluent_kafka.admin import AclOperation, ResourceType
 
 from service.tools.reader import READER_GROUPS
 from service.tools.topics import TopicAdmin
@@ -22,14 +25,25 @@ from tests.support.harness import (
     committed,
     counts,
     end_offsets,
+    free_port,
+    http_get,
     metrics_events,
     produce,
     read_topic,
+    scrape,
     source_of,
     start_on_topics,
     wait_for,
 )
-from tests.support.secured import APP_USER, SECRETS, Secured, grant, mtls_settings, scram_settings
+from tests.support.secured import (
+    APP_USER,
+    SECRETS,
+    Secured,
+    allow,
+    grant,
+    mtls_settings,
+    scram_settings,
+)
 
 EVENTS = 400
 
@@ -138,3 +152,59 @@ def test_verify_with_the_services_credentials_says_which_permission_it_lacks_and
     checked = verify()
     assert checked.returncode == 0, checked.stdout + checked.stderr[-1000:]
     assert "OK: nothing lost" in checked.stdout, checked.stdout
+
+
+def test_permissions_refused_while_running_are_named_fail_readiness_and_granting_them_loses_nothing(
+    tmp_path, secured, secured_topics, group_id
+):
+    topics, principal = secured_topics, f"User:{APP_USER}"
+    # What start-up checks (DESCRIBE on the topics) and the dead letters' WRITE: READ on the group, READ on
+    # the input and WRITE on the output are missing, and are granted one at a time while the service runs.
+    allow(secured.admin, principal, ResourceType.TOPIC, [topics["in"], topics["out"]], AclOperation.DESCRIBE)
+    grant(secured.admin, principal, write=[topics["dlq"]])
+    coords = produce(secured.admin, topics["in"], metrics_events(EVENTS, seed=67))
+    port = free_port()
+    settings = scram_settings(secured, tmp_path, metrics__port=str(port), metrics__broker_timeout_s="3")
+    service = _start(tmp_path, topics, group_id, settings)
+    permissions = [f"READ on group '{group_id}'", f"READ on topic '{topics['in']}'"]
+    permissions.append(f"WRITE on topic '{topics['out']}'")
+
+    def unready_for(permission: str) -> None:
+        def refused() -> bool:
+            with contextlib.suppress(OSError):  # the port opens once the model is loaded
+                status, why = http_get(port, "/readyz")
+                return status == 503 and why.startswith(f"not authorised: {permission} refused for ")
+            return False
+
+        wait_for(refused, 60, f"/readyz failing for want of {permission}")
+
+    try:
+        unready_for(permissions[0])
+        grant(secured.admin, principal, groups=[group_id])
+        unready_for(permissions[1])
+        allow(secured.admin, principal, ResourceType.TOPIC, [topics["in"]], AclOperation.READ)
+        unready_for(permissions[2])
+        nothing = committed(secured.admin, group_id, topics["in"], SERVICE_PARTITIONS)
+        failures = scrape(port)
+        grant(secured.admin, principal, write=[topics["out"]])
+        outputs = read_topic(secured.admin, topics["out"], expected=EVENTS)
+        assert counts([source_of(o) for o in outputs]) == counts(coords)
+        ends = end_offsets(secured.admin, topics["in"], SERVICE_PARTITIONS)
+        wait_for(
+            lambda: committed(secured.admin, group_id, topics["in"], SERVICE_PARTITIONS) == ends,
+            30,
+            "every offset committed",
+        )
+        wait_for(lambda: http_get(port, "/readyz") == (200, "ok\n"), 30, "/readyz ok again")
+    finally:
+        code = service.stop()
+    log = service.log()
+    assert code == 0, log[-3000:]
+    assert all(offset < 0 for offset in nothing.values()), nothing  # nothing committed while refused
+    metric = "microbatch_authorization_failures_total"
+    wanted = [(group_id, "READ", "group"), (topics["in"], "READ", "topic"), (topics["out"], "WRITE", "topic")]
+    for name, operation, resource in wanted:
+        assert failures[f'{metric}{{name="{name}",operation="{operation}",resource="{resource}"}}'] >= 1
+    for permission in permissions:
+        assert f'"permission": "{permission}", "hint": "grant {permission} to' in log, permission
+        assert f'"permission": "{permission}", "event": "authorised"' in log, permission

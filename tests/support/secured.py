@@ -66,6 +66,25 @@ def start_secured() -> Secured:
     )
 
 
+def allow(
+    admin: str,
+    principal: str,
+    kind: ResourceType,
+    names: Iterable[str],
+    operation: AclOperation,
+    pattern: ResourcePatternType = ResourcePatternType.LITERAL,
+) -> None:
+    """ALLOW ``operation`` on each of ``names`` (of ``kind``) to ``principal``, through the admin listener."""
+    bindings = [
+        AclBinding(kind, name, pattern, principal, "*", operation, AclPermissionType.ALLOW) for name in names
+    ]
+    if not bindings:
+        return
+    client = AdminClient({"bootstrap.servers": admin})  # held until the futures are done
+    for future in client.create_acls(bindings).values():
+        future.result(15)
+
+
 def grant(
     admin: str,
     principal: str,
@@ -76,28 +95,15 @@ def grant(
 ) -> None:
     """The least the service needs, as ACLs on ``principal`` (``User:app``): READ and DESCRIBE on the
     topics it reads, WRITE and DESCRIBE on those it writes, READ on its groups (and on groups by prefix)."""
-
-    def allow(
-        kind: ResourceType,
-        name: str,
-        operation: AclOperation,
-        pattern: ResourcePatternType = ResourcePatternType.LITERAL,
-    ) -> AclBinding:
-        return AclBinding(kind, name, pattern, principal, "*", operation, AclPermissionType.ALLOW)
-
-    bindings = [
-        allow(ResourceType.TOPIC, t, op) for t in read for op in (AclOperation.READ, AclOperation.DESCRIBE)
-    ]
-    bindings += [
-        allow(ResourceType.TOPIC, t, op) for t in write for op in (AclOperation.WRITE, AclOperation.DESCRIBE)
-    ]
-    bindings += [allow(ResourceType.GROUP, g, AclOperation.READ) for g in groups]
-    bindings += [
-        allow(ResourceType.GROUP, g, AclOperation.READ, ResourcePatternType.PREFIXED) for g in group_prefixes
-    ]
-    client = AdminClient({"bootstrap.servers": admin})  # held until the futures are done
-    for future in client.create_acls(bindings).values():
-        future.result(15)
+    read, write = list(read), list(write)
+    for operation in (AclOperation.READ, AclOperation.DESCRIBE):
+        allow(admin, principal, ResourceType.TOPIC, read, operation)
+    for operation in (AclOperation.WRITE, AclOperation.DESCRIBE):
+        allow(admin, principal, ResourceType.TOPIC, write, operation)
+    allow(admin, principal, ResourceType.GROUP, groups, AclOperation.READ)
+    allow(
+        admin, principal, ResourceType.GROUP, group_prefixes, AclOperation.READ, ResourcePatternType.PREFIXED
+    )
 
 
 def secret_file(folder: Path, name: str, secret: str) -> str:

@@ -56,3 +56,24 @@ def test_shutting_down_is_not_ready(health):
     health.tick()
     health.stopping = True
     assert health.ready() == (False, "shutting down")
+
+
+def test_a_permission_refused_longer_than_the_bound_makes_it_unready_until_it_works_again(health, clock):
+    health.warmed_up = True
+    health.tick()
+    health.access("READ on group 'g'", refused=True)
+    clock.advance(20)
+    health.access("READ on group 'g'", refused=True)  # refused again: still counted from the first time
+    health.access("WRITE on topic 'out'", refused=True)
+    assert health.ready()[0] is True  # within the bound: a grant on its way, a leader moving
+    clock.advance(11)
+    health.tick()
+    assert health.ready() == (False, "not authorised: READ on group 'g' refused for 31s")
+    assert health.live() == (True, "ok")  # the loop still comes round: no restart would help
+    health.access("READ on group 'g'", refused=False)
+    assert health.ready()[0] is True  # WRITE was refused for 11s only
+    clock.advance(20)
+    assert health.ready() == (False, "not authorised: WRITE on topic 'out' refused for 31s")
+    health.access("WRITE on topic 'out'", refused=False)
+    health.access("WRITE on topic 'out'", refused=False)  # works, and was not refused: nothing to clear
+    assert health.ready() == (True, "ok, waiting for a partition assignment")
