@@ -15,6 +15,14 @@ from dataclasses import dataclass
 from service.config import KafkaSettings
 
 _MECHANISMS = re.compile(r"broker's supported mechanisms: ([\w, -]+)")
+# librdkafka's OIDC log line: the token endpoint, what it answered, and the HTTP status (-1: no answer).
+_TOKEN_REFUSED = re.compile(r'Failed to retrieve OIDC token from "[^"]*": .* \((-?\d+)\)\s*$')
+# Answers a URL that is not a token endpoint gives (librdkafka's words about the response).
+_NOT_A_TOKEN = (
+    "response is not json encoded",
+    'expected json response with "access_token"',
+    "failed to decode",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +37,8 @@ def cause_of(text: str, kafka: KafkaSettings) -> Cause | None:
     """The cause a librdkafka error or log ``text`` names, for a client configured by ``kafka``."""
     env = kafka.env
     lowered = text.lower()
+    if kafka.sasl_mechanism == "OAUTHBEARER" and (cause := _oidc_cause(text, lowered, kafka)) is not None:
+        return cause
     if "unsupported sasl mechanism" in lowered:
         offered = _MECHANISMS.search(text)
         return Cause(
@@ -71,6 +81,35 @@ def cause_of(text: str, kafka: KafkaSettings) -> Cause | None:
         return Cause(
             env("security_protocol"),
             "the broker closed the TLS connection at the first request: it expects SASL_SSL (credentials)",
+        )
+    return None
+
+
+def _oidc_cause(text: str, lowered: str, kafka: KafkaSettings) -> Cause | None:
+    """OAUTHBEARER with OIDC: the token endpoint refused the client, is not a token endpoint, or the broker
+    refused the token it issued. An endpoint that does not answer is not the configuration's fault."""
+    env = kafka.env
+    url = kafka.sasl_oauthbearer_token_endpoint_url
+    if "invalid_token" in lowered and "sasl authentication error" in lowered:
+        return Cause(
+            env("sasl_oauthbearer_token_endpoint_url"),
+            f"the broker refused the token {url} issued (its issuer, audience or signing key is not the one "
+            "the broker's listener expects: the broker's log says which)",
+        )
+    refused = _TOKEN_REFUSED.search(text)
+    status = int(refused.group(1)) if refused else None
+    if status in (400, 401, 403) or ("failed to acquire" in lowered and "invalid_client" in lowered):
+        secret = "sasl_oauthbearer_client_secret"
+        return Cause(
+            env(f"{secret}_file" if kafka.sasl_oauthbearer_client_secret_file else secret),
+            f"the token endpoint {url} refused client {kafka.sasl_oauthbearer_client_id!r} (a wrong client "
+            f"secret, an unknown client, or a scope it may not have){f' (HTTP {status})' if status else ''}",
+        )
+    if status in (404, 405) or any(words in lowered for words in _NOT_A_TOKEN):
+        return Cause(
+            env("sasl_oauthbearer_token_endpoint_url"),
+            f"{url} did not answer as an OIDC token endpoint"
+            + (f" (HTTP {status})" if status else " (no access token in its answer)"),
         )
     return None
 

@@ -1,7 +1,8 @@
-"""Static checks of the container files: ``Dockerfile``, ``docker-compose.yml`` and the monitoring stack under
-``deploy/compose/``. No Docker engine runs in CI, so nothing is built or started; instead the files are held
-to the Compose Specification's schema, to hadolint, and to the code they describe: its settings, its CLI,
-its metrics port and probe paths, and the names of the metrics it exports.
+"""Static checks of the container files: ``Dockerfile``, ``docker-compose.yml``, its SASL_SSL override
+``docker-compose.sasl-ssl.yml`` and the monitoring stack under ``deploy/compose/``. No Docker engine runs in
+CI, so nothing is built or started; instead the files are held to the Compose Specification's schema, to
+hadolint, and to the code they describe: its settings, its CLI, its metrics port and probe paths, the names
+of the metrics it exports, and the files its *_FILE settings read.
 """
 
 from __future__ import annotations
@@ -15,19 +16,22 @@ import sys
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import get_args
 
 import jsonschema
 import pytest
 import yaml
+from pydantic import SecretStr
 
 from service import cli
-from service.config import MetricsSettings, Settings, load_settings, require_topics
+from service.config import KafkaSettings, MetricsSettings, Settings, env_name, load_settings, require_topics
 from service.models.reference import MODELS_DIR, manifest
 from service.observability.metrics import Metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile"
 COMPOSE_FILE = ROOT / "docker-compose.yml"
+COMPOSE_SASL_SSL = ROOT / "docker-compose.sasl-ssl.yml"
 COMPOSE_DIR = ROOT / "deploy" / "compose"
 PROMETHEUS_CONFIG = COMPOSE_DIR / "prometheus.yml"
 GRAFANA_DIR = COMPOSE_DIR / "grafana"
@@ -494,6 +498,147 @@ def test_bind_mounted_files_exist(compose):
     for service in compose["services"].values():
         for source in _bind_mounts(service):
             assert (ROOT / source).exists(), source
+
+
+# --- docker-compose.sasl-ssl.yml -----------------------------------------------------------------------
+
+# What a user exports before `docker compose -f docker-compose.yml -f docker-compose.sasl-ssl.yml up`, but
+# the paths of the two files, which the tests make.
+SASL_SSL_ENV = {
+    "KAFKA_BOOTSTRAP_SERVERS": "broker-1.kafka.example.com:9093",
+    "KAFKA_SASL_USERNAME": "microbatch",
+}
+# Where Compose mounts a service's secrets.
+SECRETS_DIR = Path("/run/secrets")
+SETTING_NAMES = {
+    env_name((section, name))
+    for section, info in Settings.model_fields.items()
+    for name in info.annotation.model_fields
+}
+SECRET_SETTINGS = {
+    KafkaSettings.env(name)
+    for name, info in KafkaSettings.model_fields.items()
+    if SecretStr in get_args(info.annotation)
+}
+FILE_SETTINGS = {KafkaSettings.env(name) for name in KafkaSettings.model_fields if name.endswith("_file")}
+_VARIABLE = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:?[-?])(?P<arg>[^}]*))?\}")
+
+
+def _interpolate(value: object, env: dict[str, str]) -> object:
+    """``value`` with Compose's ``${NAME}``, ``${NAME:-default}``, ``${NAME-default}``, ``${NAME:?error}``,
+    ``${NAME?error}`` and ``$$`` resolved. Raises KeyError for a required variable that is missing; any
+    other use of ``$`` fails the test (it would need a fuller parser)."""
+    if isinstance(value, dict):
+        return {k: _interpolate(v, env) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_interpolate(v, env) for v in value]
+    if not isinstance(value, str):
+        return value
+
+    def substitute(match: re.Match[str]) -> str:
+        op, current = match["op"] or "", env.get(match["name"])
+        unset = current is None or (op.startswith(":") and current == "")
+        if unset and op.endswith("?"):
+            raise KeyError(f"{match['name']}: {match['arg']}")
+        return match["arg"] if unset and op.endswith("-") else (current or "")
+
+    text = _VARIABLE.sub(substitute, value.replace("$$", "\0"))
+    assert "$" not in text, f"interpolation this test does not parse: {value!r}"
+    return text.replace("\0", "$")
+
+
+def _merge(base: dict, override: dict) -> dict:
+    """``override`` over ``base`` as Compose merges the parts the override file uses: a service's
+    ``environment`` key by key, its ``secrets`` appended, the top-level ``secrets`` by name."""
+    merged = dict(base) | {"secrets": {**base.get("secrets", {}), **override.get("secrets", {})}}
+    services = dict(base["services"])
+    for name, service in override["services"].items():
+        assert set(service) <= {"environment", "secrets"}, f"{name}: a key this merge does not handle"
+        environment = {**(services[name].get("environment") or {}), **service.get("environment", {})}
+        secrets = [*services[name].get("secrets", []), *service.get("secrets", [])]
+        services[name] = services[name] | {"environment": environment, "secrets": secrets}
+    return merged | {"services": services}
+
+
+def _secret_mounts(compose: dict, service: dict) -> dict[Path, Path]:
+    """Path in the container -> the file on the host, for each secret the service is given."""
+    mounts = {}
+    for secret in service.get("secrets", []):
+        source, target = (
+            (secret, secret) if isinstance(secret, str) else (secret["source"], secret.get("target"))
+        )
+        mounts[SECRETS_DIR / (target or source)] = Path(compose["secrets"][source]["file"])
+    return mounts
+
+
+@pytest.fixture(scope="module")
+def sasl_ssl() -> dict:
+    return yaml.safe_load(COMPOSE_SASL_SSL.read_text())
+
+
+@pytest.fixture
+def sasl_ssl_env(tmp_path: Path) -> dict[str, str]:
+    """The variables the override asks for, with the password and CA files made under ``tmp_path``."""
+    password, ca = tmp_path / "sasl-password", tmp_path / "ca.pem"
+    password.write_text("a-scram-password\n")
+    ca.write_text("-----BEGIN CERTIFICATE-----\nplaceholder\n-----END CERTIFICATE-----\n")
+    return SASL_SSL_ENV | {"KAFKA_SASL_PASSWORD_FILE": str(password), "KAFKA_CA_FILE": str(ca)}
+
+
+def test_sasl_ssl_override_is_valid_against_the_compose_specification(compose, sasl_ssl, sasl_ssl_env):
+    validator = jsonschema.Draft7Validator(json.loads(COMPOSE_SCHEMA.read_text()))
+    for document in (
+        sasl_ssl,
+        _merge(compose, sasl_ssl),
+        _interpolate(_merge(compose, sasl_ssl), sasl_ssl_env),
+    ):
+        errors = [
+            f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(document)
+        ]
+        assert not errors, "\n".join(errors)
+
+
+def test_sasl_ssl_override_changes_every_replica_and_nothing_else(compose, sasl_ssl):
+    assert set(sasl_ssl["services"]) == set(_run_services(compose))
+    for name, service in sasl_ssl["services"].items():
+        names = set(service["environment"])
+        assert names <= SETTING_NAMES, f"{name}: not settings of the service: {sorted(names - SETTING_NAMES)}"
+        assert not names & SECRET_SETTINGS, f"{name}: a secret in the environment, not in a file"
+
+
+@pytest.mark.parametrize("name", ["microbatch", "microbatch-gpu"])
+def test_sasl_ssl_override_connects_with_the_secret_files(compose, sasl_ssl, sasl_ssl_env, name, monkeypatch):
+    with monkeypatch.context() as m:
+        base = _service_settings(compose["services"][name], m).kafka
+    merged = _interpolate(_merge(compose, sasl_ssl), sasl_ssl_env)
+    service = merged["services"][name]
+    mounts = _secret_mounts(merged, service)
+    env = _env(service)
+    named = {Path(env[setting]): setting for setting in FILE_SETTINGS & set(env)}
+    assert set(named) == set(mounts), "each *_FILE names a mounted secret, and each secret has its setting"
+    for path in mounts:
+        assert path.parent == SECRETS_DIR, path
+    # The container sees the host's file at the mounted path (Compose bind-mounts it).
+    service = service | {"environment": {k: str(mounts.get(Path(v), v)) for k, v in env.items()}}
+    kafka = _service_settings(service, monkeypatch).kafka
+    assert kafka.bootstrap_servers == SASL_SSL_ENV["KAFKA_BOOTSTRAP_SERVERS"]
+    assert kafka.security_protocol == "SASL_SSL" and kafka.ssl_endpoint_identification
+    assert kafka.sasl_mechanism == "SCRAM-SHA-512"
+    assert kafka.sasl_username == SASL_SSL_ENV["KAFKA_SASL_USERNAME"]
+    assert kafka.sasl_password is not None
+    assert kafka.sasl_password.get_secret_value() == "a-scram-password", "read from its file, newline dropped"
+    assert kafka.ssl_ca_file == Path(sasl_ssl_env["KAFKA_CA_FILE"])
+    # The rest stays as docker-compose.yml has it.
+    assert (kafka.group_id, kafka.client_id) == (base.group_id, base.client_id)
+
+
+@pytest.mark.parametrize(
+    "variable", sorted(set(SASL_SSL_ENV) | {"KAFKA_SASL_PASSWORD_FILE", "KAFKA_CA_FILE"})
+)
+def test_sasl_ssl_override_requires_the_cluster_and_its_credentials(sasl_ssl, sasl_ssl_env, variable):
+    """Compose stops with the override's message instead of starting a replica with an empty value."""
+    with pytest.raises(KeyError, match=variable):
+        _interpolate(sasl_ssl, {k: v for k, v in sasl_ssl_env.items() if k != variable})
 
 
 # --- Prometheus and Grafana ----------------------------------------------------------------------------

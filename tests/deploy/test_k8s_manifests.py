@@ -1,15 +1,17 @@
 """Static checks of the Kubernetes manifests (``deploy/k8s``), no cluster involved.
 
-Each overlay is rendered with ``kubectl kustomize``, with the KEDA component it ships with and with the HPA
-component swapped in as docs/DEPLOY.md describes. Every rendered object must be valid against its API
-schema (built-in kinds: the Kubernetes OpenAPI schemas of kubernetes-validate, strict; the CRDs: the
-schemas vendored under tests/deploy/schemas/), and the manifests must agree with the service: its
-settings, its HTTP port and probe paths, its drain time, and the consumer group and topic the autoscaler
-watches.
+Each overlay is rendered with ``kubectl kustomize``, with the KEDA component it ships with, with the HPA
+component swapped in, and with a security component (kafka-sasl-ssl, kafka-mtls) added, as docs/DEPLOY.md
+describes. Every rendered object must be valid against its API schema (built-in kinds: the Kubernetes
+OpenAPI schemas of kubernetes-validate, strict; the CRDs: the schemas vendored under tests/deploy/schemas/),
+and the manifests must agree with the service: its settings, its HTTP port and probe paths, its drain time,
+the consumer group and topic the autoscaler watches, the brokers' port, and the credential files, which the
+tests mount from the example Secret as the kubelet would before loading the settings.
 """
 
 from __future__ import annotations
 
+import base64
 import math
 import os
 import shutil
@@ -18,14 +20,15 @@ import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
+from pydantic import SecretStr
 
-from service.config import Settings, load_settings, require_topics
+from service.config import KafkaSettings, Settings, load_settings, require_topics
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "deploy" / "k8s"
@@ -33,7 +36,11 @@ SCHEMAS = ROOT / "tests" / "deploy" / "schemas"
 
 # The newest Kubernetes schemas the dev dependency (kubernetes-validate>=1.31) is sure to ship.
 K8S_VERSION = "1.31"
-CRD_FILES = ("keda.sh_scaledobjects.yaml", "monitoring.coreos.com_servicemonitors.yaml")
+CRD_FILES = (
+    "keda.sh_scaledobjects.yaml",
+    "keda.sh_triggerauthentications.yaml",
+    "monitoring.coreos.com_servicemonitors.yaml",
+)
 
 IMAGE = "ghcr.io/microbatch/microbatch"
 CONTAINER = "microbatch"
@@ -44,13 +51,34 @@ DRAIN_MARGIN_S = 15
 # Model load, warm-up and group join take 10-30 s on top of the wait for a broker.
 STARTUP_WORK_S = 30
 
-# variant -> (overlay, autoscaler component)
+# A secured cluster's TLS listener, where docs/DEPLOY.md has users point the bootstrap servers.
+TLS_BOOTSTRAP = "kafka-bootstrap.kafka.svc:9093"
+
+
+@dataclass(frozen=True)
+class Variant:
+    """An overlay, with the autoscaler component it includes, the security component added after that,
+    and the bootstrap servers its ConfigMap merges in (None: as committed)."""
+
+    overlay: str
+    autoscaler: str = "keda"
+    security: str | None = None
+    bootstrap: str | None = None
+
+
 VARIANTS = {
-    "cpu": ("cpu", "keda"),
-    "gpu": ("gpu", "keda"),
-    "cpu-hpa": ("cpu", "hpa"),
-    "gpu-hpa": ("gpu", "hpa"),
+    "cpu": Variant("cpu"),
+    "gpu": Variant("gpu"),
+    "cpu-hpa": Variant("cpu", "hpa"),
+    "gpu-hpa": Variant("gpu", "hpa"),
+    "cpu-sasl-ssl": Variant("cpu", security="kafka-sasl-ssl", bootstrap=TLS_BOOTSTRAP),
+    "gpu-mtls": Variant("gpu", security="kafka-mtls", bootstrap=TLS_BOOTSTRAP),
+    "cpu-hpa-mtls": Variant("cpu", "hpa", "kafka-mtls", TLS_BOOTSTRAP),
 }
+KEDA_VARIANTS = [name for name, v in VARIANTS.items() if v.autoscaler == "keda"]
+SECURED_VARIANTS = [name for name, v in VARIANTS.items() if v.security]
+# The security protocol each security component sets.
+PROTOCOLS = {"kafka-sasl-ssl": "SASL_SSL", "kafka-mtls": "SSL"}
 EXPECTED_PROVIDERS = {
     "cpu": ["CPUExecutionProvider"],
     "gpu": ["CUDAExecutionProvider", "CPUExecutionProvider"],
@@ -78,11 +106,24 @@ def _kustomize(kubectl: str, directory: Path) -> list[dict[str, Any]]:
 
 @dataclass(frozen=True)
 class Manifests:
-    """One rendering of an overlay: its objects and lookups into them."""
+    """One rendering of an overlay: its objects and lookups into them, and with a security component the
+    Secret its secret/ kustomization makes (from placeholder files), which the cluster would hold."""
 
-    overlay: str
-    autoscaler: str
+    variant: Variant
     objects: list[dict[str, Any]]
+    secret: dict[str, Any] | None = None
+
+    @property
+    def overlay(self) -> str:
+        return self.variant.overlay
+
+    @property
+    def autoscaler(self) -> str:
+        return self.variant.autoscaler
+
+    @property
+    def security(self) -> str | None:
+        return self.variant.security
 
     def of_kind(self, kind: str) -> list[dict[str, Any]]:
         return [o for o in self.objects if o["kind"] == kind]
@@ -114,17 +155,64 @@ class Manifests:
     def partitions(self) -> int:
         return int(self.deployment["metadata"]["annotations"][PARTITIONS_ANNOTATION])
 
-    def environment(self) -> dict[str, str]:
+    @property
+    def secret_data(self) -> dict[str, str]:
+        assert self.secret is not None, "no example Secret for this variant"
+        data = {k: base64.b64decode(v).decode() for k, v in self.secret.get("data", {}).items()}
+        return data | self.secret.get("stringData", {})
+
+    def secret_volumes(self) -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
+        """mountPath -> (the container's volumeMount, the ``secret`` of its volume)."""
+        volumes = {v["name"]: v for v in self.pod["spec"].get("volumes", [])}
+        return {
+            m["mountPath"]: (m, volumes[m["name"]]["secret"])
+            for m in self.container.get("volumeMounts", [])
+            if "secret" in volumes[m["name"]]
+        }
+
+    def secret_files(self) -> dict[Path, str]:
+        """Path in the container -> the Secret key the kubelet puts there."""
+        files = {}
+        for path, (_, volume) in self.secret_volumes().items():
+            items = volume.get("items") or [{"key": k, "path": k} for k in self.secret_data]
+            files |= {Path(path) / item["path"]: item["key"] for item in items}
+        return files
+
+    def mount_secrets(self, root: Path) -> None:
+        """Write the Secret's keys where the kubelet would mount them, with ``root`` standing for ``/``.
+        Fails where the pod would not start: a volume of another Secret, or of a key it lacks."""
+        for path, (_, volume) in self.secret_volumes().items():
+            assert self.secret is not None, f"{path}: a Secret volume, and no Secret to fill it"
+            assert volume["secretName"] == self.secret["metadata"]["name"], f"{path}: no such Secret"
+        for path, key in self.secret_files().items():
+            assert key in self.secret_data, f"{path}: the Secret has no key {key!r}, the pod would not start"
+            target = root / path.relative_to("/")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(self.secret_data[key])
+
+    def environment(self, root: Path | None = None) -> dict[str, str]:
         """What the container's environment would hold: the ConfigMap, then ``env`` (which wins). A Secret
-        reference reads as a placeholder, a CPU limit reference as whole cores, as the kubelet has it."""
+        reference reads as the Secret's value (a placeholder where the Secret is made outside the
+        repository), a CPU limit reference as whole cores, as the kubelet has it. With ``root``, a path
+        into a Secret volume reads as the file :meth:`mount_secrets` wrote under it."""
         env = dict(self.config)
+        mounted = self.secret_files() if root is not None else {}
         for var in self.container.get("env", []):
             if "value" in var:
-                env[var["name"]] = var["value"]
+                value = var["value"]
+                env[var["name"]] = str(root / value.lstrip("/")) if root and Path(value) in mounted else value
                 continue
             source = var["valueFrom"]
             if "secretKeyRef" in source:
-                env[var["name"]] = "from-secret"
+                ref = source["secretKeyRef"]
+                if self.secret is None:
+                    env[var["name"]] = "from-secret"
+                elif ref["key"] in self.secret_data and ref["name"] == self.secret["metadata"]["name"]:
+                    env[var["name"]] = self.secret_data[ref["key"]]
+                else:
+                    assert ref.get("optional"), (
+                        f"{var['name']}: no key {ref['key']!r}, the pod would not start"
+                    )
             elif source.get("resourceFieldRef", {}).get("resource") == "limits.cpu":
                 ref = source["resourceFieldRef"]
                 cores = _cores(self.container["resources"]["limits"]["cpu"]) / _cores(ref.get("divisor", "1"))
@@ -139,44 +227,84 @@ def _cores(quantity: str | int | float) -> float:
     return float(text[:-1]) / 1000 if text.endswith("m") else float(text)
 
 
-def _with_autoscaler(tree: Path, overlay: str, autoscaler: str) -> Path:
-    """The overlay with its autoscaler component swapped, the way docs/DEPLOY.md tells users to."""
-    kustomization = tree / "overlays" / overlay / "kustomization.yaml"
+def _customised(tree: Path, variant: Variant) -> Path:
+    """The overlay in ``tree`` changed the way docs/DEPLOY.md tells users to: the autoscaler component
+    swapped, the security component listed after it, the bootstrap servers merged into the settings."""
+    kustomization = tree / "overlays" / variant.overlay / "kustomization.yaml"
     text = kustomization.read_text()
-    assert "../../components/keda" in text, f"{overlay}: the overlay no longer includes the KEDA component"
-    kustomization.write_text(text.replace("../../components/keda", f"../../components/{autoscaler}"))
+    keda, literals = "  - ../../components/keda\n", "    literals:\n"
+    assert keda in text, f"{variant.overlay}: the overlay no longer includes the KEDA component"
+    assert text.count(literals) == 1, f"{variant.overlay}: expected one configMapGenerator with literals"
+    components = f"  - ../../components/{variant.autoscaler}\n"
+    if variant.security:
+        components += f"  - ../../components/{variant.security}\n"
+    text = text.replace(keda, components)
+    if variant.bootstrap:
+        text = text.replace(
+            literals, f"{literals}      - MICROBATCH_KAFKA__BOOTSTRAP_SERVERS={variant.bootstrap}\n"
+        )
+    kustomization.write_text(text)
     return kustomization.parent
 
 
-@pytest.fixture(scope="module")
-def render(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Manifests]:
-    """Render a variant (cached): the overlay as committed, or a copy with the HPA component instead."""
-    kubectl = _kubectl()
-    cache: dict[str, Manifests] = {}
+def _users_secret_files(directory: str, names: list[str]) -> list[str]:
+    """For copying deploy/k8s: leave out the credentials a user may have put into a ``secret/`` directory."""
+    if Path(directory).name != "secret":
+        return []
+    return [name for name in names if name not in {"kustomization.yaml", ".gitignore"}]
 
-    def rendered(variant: str) -> Manifests:
+
+def _placeholder(name: str) -> str:
+    """Stand-in content of a Secret file the user provides: PEM-shaped for certificates and keys."""
+    if name.endswith((".pem", ".crt", ".key")):
+        kind = "PRIVATE KEY" if name.endswith(".key") else "CERTIFICATE"
+        return f"-----BEGIN {kind}-----\nplaceholder for {name}\n-----END {kind}-----\n"
+    return f"placeholder-{name}\n"  # a trailing newline, as an editor leaves it
+
+
+def _example_secret(kubectl: str, tree: Path, security: str) -> dict[str, Any]:
+    """The Secret that ``components/<security>/secret`` makes, from placeholder files put in its place."""
+    directory = tree / "components" / security / "secret"
+    (generator,) = yaml.safe_load((directory / "kustomization.yaml").read_text())["secretGenerator"]
+    for entry in generator.get("files", []):
+        name = entry.split("=")[-1]
+        (directory / name).write_text(_placeholder(name))
+    (secret,) = _kustomize(kubectl, directory)
+    return secret
+
+
+@pytest.fixture(scope="module")
+def render(tmp_path_factory: pytest.TempPathFactory) -> Callable[[Variant], Manifests]:
+    """Render a variant (cached): the overlay as committed, or a copy changed as :func:`_customised` says."""
+    kubectl = _kubectl()
+    cache: dict[Variant, Manifests] = {}
+
+    def rendered(variant: Variant) -> Manifests:
         if variant not in cache:
-            overlay, autoscaler = VARIANTS[variant]
-            directory = K8S / "overlays" / overlay
-            if autoscaler != "keda":
-                tree = tmp_path_factory.mktemp(variant) / "k8s"
-                shutil.copytree(K8S, tree)
-                directory = _with_autoscaler(tree, overlay, autoscaler)
-            cache[variant] = Manifests(overlay, autoscaler, _kustomize(kubectl, directory))
+            directory, secret = K8S / "overlays" / variant.overlay, None
+            if variant != Variant(variant.overlay):
+                tree = tmp_path_factory.mktemp(variant.overlay) / "k8s"
+                shutil.copytree(K8S, tree, ignore=_users_secret_files)
+                directory = _customised(tree, variant)
+                if variant.security:
+                    secret = _example_secret(kubectl, tree, variant.security)
+            cache[variant] = Manifests(variant, _kustomize(kubectl, directory), secret)
         return cache[variant]
 
     return rendered
 
 
 @pytest.fixture(params=list(VARIANTS))
-def manifests(request: pytest.FixtureRequest, render: Callable[[str], Manifests]) -> Manifests:
-    return render(request.param)
+def manifests(request: pytest.FixtureRequest, render: Callable[[Variant], Manifests]) -> Manifests:
+    return render(VARIANTS[request.param])
 
 
 @pytest.fixture
-def settings(manifests: Manifests, monkeypatch: pytest.MonkeyPatch) -> Settings:
-    """The service's settings as the container would load them; raises ConfigError naming a bad variable."""
-    for name, value in manifests.environment().items():
+def settings(manifests: Manifests, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Settings:
+    """The service's settings as the container would load them, its Secret volumes mounted under
+    ``tmp_path``; raises ConfigError naming a bad variable (a file setting naming no file among them)."""
+    manifests.mount_secrets(tmp_path)
+    for name, value in manifests.environment(tmp_path).items():
         monkeypatch.setenv(name, value)
     return load_settings()
 
@@ -286,17 +414,34 @@ def test_onnx_runtime_threads_fit_the_cpu_limit(manifests: Manifests, settings: 
     assert 1 <= settings.model.intra_op_threads <= math.ceil(limit)
 
 
-def test_credentials_come_from_an_optional_secret_that_is_not_committed(manifests: Manifests):
+# The Kafka settings that hold a secret, and those that name a file (a secret's, a certificate's, a key's).
+SECRET_SETTINGS = {
+    KafkaSettings.env(name)
+    for name, field in KafkaSettings.model_fields.items()
+    if SecretStr in get_args(field.annotation)
+}
+FILE_SETTINGS = {KafkaSettings.env(name) for name in KafkaSettings.model_fields if name.endswith("_file")}
+
+
+def test_credentials_come_from_the_secret_that_is_not_committed(manifests: Manifests):
     refs = {
         var["name"]: var["valueFrom"]["secretKeyRef"]
         for var in manifests.container["env"]
         if "secretKeyRef" in var.get("valueFrom", {})
     }
-    assert set(refs) == {"MICROBATCH_KAFKA__SASL_USERNAME", "MICROBATCH_KAFKA__SASL_PASSWORD"}
-    for ref in refs.values():
-        assert ref["name"] == CREDENTIALS_SECRET
-        assert ref["optional"] is True
+    volumes = [volume["secretName"] for _, volume in manifests.secret_volumes().values()]
+    assert {ref["name"] for ref in refs.values()} | set(volumes) <= {CREDENTIALS_SECRET}
+    if manifests.security is None:
+        # Optional, so that a cluster without SASL needs no Secret at all.
+        assert set(refs) == {KafkaSettings.env("sasl_username"), KafkaSettings.env("sasl_password")}
+        assert all(ref["optional"] is True for ref in refs.values())
+        assert not volumes
+    else:
+        assert volumes == [CREDENTIALS_SECRET]
+        # Secrets only as files: the environment shows in /proc/<pid>/environ.
+        assert not set(refs) & SECRET_SETTINGS
     assert not manifests.of_kind("Secret")
+    assert not set(manifests.config) & SECRET_SETTINGS
     assert not any("SASL_PASSWORD" in key or "SASL_USERNAME" in key for key in manifests.config)
 
 
@@ -362,6 +507,26 @@ def test_network_policy_admits_only_metrics_in_and_kafka_and_dns_out(
         allowed |= {(p["port"], p.get("protocol", "TCP")) for p in rule["ports"]}
     brokers = {int(server.rsplit(":", 1)[1]) for server in settings.kafka.bootstrap_servers.split(",")}
     assert {(port, "TCP") for port in brokers} | {(53, "UDP"), (53, "TCP")} == allowed
+
+
+@pytest.mark.parametrize(
+    ("bootstrap", "port"),
+    [
+        ("kafka-bootstrap.kafka.svc:9093", 9093),
+        ("b-1.kafka.example.com:9096,b-2.kafka.example.com:9096", 9096),
+    ],
+)
+@pytest.mark.parametrize("overlay", ["cpu", "gpu"])
+def test_the_kafka_egress_port_follows_the_bootstrap_servers(
+    render: Callable[[Variant], Manifests], overlay: str, bootstrap: str, port: int
+):
+    """An overlay's own bootstrap servers move the port (components/kafka-egress), as an integer: a
+    string would be read as the name of a port."""
+    manifests = render(Variant(overlay, bootstrap=bootstrap))
+    assert manifests.config["MICROBATCH_KAFKA__BOOTSTRAP_SERVERS"] == bootstrap
+    kafka_rule = manifests.one("NetworkPolicy")["spec"]["egress"][0]
+    assert kafka_rule["ports"] == [{"port": port, "protocol": "TCP"}]
+    assert type(kafka_rule["ports"][0]["port"]) is int
 
 
 # --- the pod -------------------------------------------------------------------------------------------
@@ -472,9 +637,7 @@ def test_exactly_one_autoscaler_targets_the_deployment_up_to_the_partition_count
     assert 1 <= minimum <= maximum
 
 
-@pytest.mark.parametrize(
-    "manifests", [v for v, (_, scaler) in VARIANTS.items() if scaler == "keda"], indirect=True
-)
+@pytest.mark.parametrize("manifests", KEDA_VARIANTS, indirect=True)
 def test_keda_watches_the_group_and_topic_the_service_consumes(manifests: Manifests, settings: Settings):
     (trigger,) = manifests.one("ScaledObject")["spec"]["triggers"]
     meta = trigger["metadata"]
@@ -485,3 +648,173 @@ def test_keda_watches_the_group_and_topic_the_service_consumes(manifests: Manife
     assert meta["limitToPartitionsWithLag"] == "true"
     assert meta.get("offsetResetPolicy", "latest") == settings.kafka.auto_offset_reset
     assert int(meta["lagThreshold"]) > 0
+
+
+# --- a secured cluster: components/kafka-sasl-ssl and components/kafka-mtls ------------------------------
+
+# KEDA 2.16.1 (the release of the vendored CRDs), pkg/scalers/kafka_scaler.go: the trigger metadata and
+# the authentication parameters the Kafka scaler reads (its AWS MSK IAM ones left out).
+KEDA_KAFKA_METADATA = {
+    "bootstrapServers", "bootstrapServersFromEnv", "consumerGroup", "consumerGroupFromEnv", "topic",
+    "topicFromEnv", "partitionLimitation", "offsetResetPolicy", "lagThreshold", "activationLagThreshold",
+    "allowIdleConsumers", "excludePersistentLag", "scaleToZeroOnInvalidOffset", "limitToPartitionsWithLag",
+    "version", "sasl", "saslTokenProvider", "tls", "unsafeSsl", "awsRegion",
+}  # fmt: skip
+KEDA_KAFKA_AUTH = {
+    "sasl", "saslTokenProvider", "username", "password", "scopes", "oauthTokenEndpointUri",
+    "oauthExtensions", "tls", "ca", "cert", "key", "keyPassword", "keytab", "realm", "kerberosConfig",
+    "kerberosServiceName", "kerberosDisableFAST",
+}  # fmt: skip
+# KEDA's `sasl` for each MICROBATCH_KAFKA__SASL_MECHANISM.
+KEDA_SASL = {
+    "PLAIN": "plaintext",
+    "SCRAM-SHA-256": "scram_sha256",
+    "SCRAM-SHA-512": "scram_sha512",
+    "OAUTHBEARER": "oauthbearer",
+}
+# The Kafka setting each KEDA parameter stands for: KEDA must connect as the service does.
+KEDA_AUTH_SETTINGS = {
+    "username": "sasl_username",
+    "password": "sasl_password",
+    "ca": "ssl_ca_file",
+    "cert": "ssl_cert_file",
+    "key": "ssl_key_file",
+    "keyPassword": "ssl_key_password",
+}
+
+
+def _secret_key_of(manifests: Manifests, field: str) -> str | None:
+    """The key of the credentials Secret that the pod takes the Kafka setting ``field`` from, through its
+    variable or its file (``SASL_PASSWORD`` or ``SASL_PASSWORD_FILE``); None where it takes none."""
+    names = {KafkaSettings.env(f) for f in (field, f"{field}_file") if f in KafkaSettings.model_fields}
+    for var in manifests.container.get("env", []):
+        if var["name"] in names:
+            if "value" in var:
+                return manifests.secret_files().get(Path(var["value"]))
+            return var["valueFrom"].get("secretKeyRef", {}).get("key")
+    return None
+
+
+@pytest.mark.parametrize("manifests", SECURED_VARIANTS, indirect=True)
+def test_file_settings_name_the_files_of_a_read_only_secret_volume(manifests: Manifests):
+    env = manifests.environment()
+    named = {Path(env[name]): name for name in FILE_SETTINGS & set(env)}
+    assert named, "the component names no credential file"
+    mounted = manifests.secret_files()
+    for path, name in named.items():
+        assert path in mounted, f"{name}={path}: no Secret volume puts a file there"
+    assert set(mounted) <= set(named), (
+        f"files no setting names: {sorted(map(str, set(mounted) - set(named)))}"
+    )
+    for path, (mount, _) in manifests.secret_volumes().items():
+        assert mount.get("readOnly") is True, path
+
+
+@pytest.mark.parametrize("manifests", SECURED_VARIANTS, indirect=True)
+def test_secret_files_are_readable_by_the_service_and_no_one_else(manifests: Manifests):
+    """As the kubelet sets up a Secret volume: its files belong to root, and to the pod's fsGroup if it has
+    one, which also gets read access (kubernetes/kubernetes#57923: 0400 becomes 0440) and is among the
+    container's groups. The service's user must be able to read them, no other user."""
+    pod = manifests.pod["spec"]["securityContext"]
+    container = manifests.container.get("securityContext", {})
+    uid = container.get("runAsUser", pod.get("runAsUser"))
+    fs_group = pod.get("fsGroup")
+    groups = {
+        container.get("runAsGroup", pod.get("runAsGroup")),
+        fs_group,
+        *pod.get("supplementalGroups", []),
+    }
+    assert uid not in (None, 0)
+    for path, (_, volume) in manifests.secret_volumes().items():
+        for item in volume.get("items", []):
+            mode = item.get("mode", volume.get("defaultMode", 0o644)) | (0o440 if fs_group is not None else 0)
+            where = f"{path}/{item['path']} (mode {mode:o})"
+            group = fs_group if fs_group is not None else 0
+            assert mode & 0o004 or (mode & 0o040 and group in groups), f"{where}: uid {uid} cannot read it"
+            assert not mode & 0o007, f"{where}: readable by any user"
+            assert not mode & 0o333, f"{where}: writable or executable"
+
+
+@pytest.mark.parametrize("manifests", SECURED_VARIANTS, indirect=True)
+def test_the_service_reads_its_credentials_from_the_mounted_files(manifests: Manifests, settings: Settings):
+    kafka = settings.kafka
+    assert kafka.security_protocol == PROTOCOLS[manifests.security]
+    assert kafka.ssl_endpoint_identification
+    files = {name: getattr(kafka, name) for name in KafkaSettings.model_fields if name.endswith("_file")}
+    assert kafka.ssl_ca_file is not None, "a private CA: the component's point"
+    for name, path in files.items():
+        secret = name.removesuffix("_file")
+        if path is not None and secret in KafkaSettings.model_fields:
+            assert getattr(kafka, secret).get_secret_value() == path.read_text().rstrip("\r\n"), name
+    if kafka.security_protocol.startswith("SASL_"):
+        assert kafka.sasl_mechanism in KEDA_SASL
+        assert kafka.sasl_username == manifests.secret_data["username"]
+        assert kafka.sasl_password is not None
+    else:
+        assert (kafka.sasl_mechanism, kafka.sasl_username, kafka.sasl_password) == (None, None, None)
+        assert kafka.ssl_cert_file is not None and kafka.ssl_key_file is not None
+    assert kafka.client_config()["ssl.ca.location"] == str(kafka.ssl_ca_file)
+
+
+@pytest.mark.parametrize("manifests", SECURED_VARIANTS, indirect=True)
+def test_the_example_secret_is_the_one_the_pod_and_keda_read(manifests: Manifests):
+    secret = manifests.secret
+    assert secret is not None
+    kubernetes_validate.validate(secret, K8S_VERSION, strict=True)
+    assert secret["metadata"]["name"] == CREDENTIALS_SECRET, "a name suffix would miss the pod's reference"
+    assert secret["metadata"]["namespace"] == manifests.one("Namespace")["metadata"]["name"]
+    assert secret.get("type", "Opaque") == "Opaque"
+    refs = [var["valueFrom"].get("secretKeyRef") for var in manifests.container["env"] if "valueFrom" in var]
+    read = set(manifests.secret_files().values()) | {ref["key"] for ref in refs if ref}
+    for auth in manifests.of_kind("TriggerAuthentication"):
+        read |= {target["key"] for target in auth["spec"]["secretTargetRef"]}
+    assert set(manifests.secret_data) == read, "keys that nothing reads, or keys missing"
+
+
+@pytest.mark.parametrize("security", sorted(PROTOCOLS))
+def test_the_example_secret_files_stay_out_of_git(security: str):
+    git = shutil.which("git")
+    if git is None or not (ROOT / ".git").exists():
+        pytest.skip("needs git and the repository")
+    directory = (K8S / "components" / security / "secret").relative_to(ROOT)
+    (generator,) = yaml.safe_load((ROOT / directory / "kustomization.yaml").read_text())["secretGenerator"]
+    files = [str(directory / entry.split("=")[-1]) for entry in generator["files"]]
+    kept = str(directory / "kustomization.yaml")
+    proc = subprocess.run(
+        [git, "check-ignore", "--no-index", *files, kept],
+        check=False,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert sorted(proc.stdout.split()) == sorted(files), "ignore the secret files, keep the kustomization"
+
+
+@pytest.mark.parametrize("manifests", KEDA_VARIANTS, indirect=True)
+def test_keda_connects_to_kafka_as_the_service_does(manifests: Manifests, settings: Settings):
+    """The same protocol, and the same user, password, CA and certificate: the same keys of the same Secret
+    that the pod reads. KEDA refuses `tls` or `sasl` given both in the trigger and the authentication."""
+    (trigger,) = manifests.one("ScaledObject")["spec"]["triggers"]
+    meta, kafka = trigger["metadata"], settings.kafka
+    assert set(meta) <= KEDA_KAFKA_METADATA, f"not read by KEDA: {sorted(set(meta) - KEDA_KAFKA_METADATA)}"
+    tls = kafka.security_protocol in ("SSL", "SASL_SSL")
+    assert meta.get("tls", "disable") == ("enable" if tls else "disable")
+    sasl = KEDA_SASL[kafka.sasl_mechanism] if kafka.security_protocol.startswith("SASL_") else "none"
+    assert meta.get("sasl", "none") == sasl
+    if "authenticationRef" not in trigger:
+        assert kafka.security_protocol == "PLAINTEXT", "KEDA would connect without credentials"
+        assert not manifests.of_kind("TriggerAuthentication")
+        return
+    ref = trigger["authenticationRef"]
+    assert ref.get("kind", "TriggerAuthentication") == "TriggerAuthentication"
+    (auth,) = [a for a in manifests.of_kind("TriggerAuthentication") if a["metadata"]["name"] == ref["name"]]
+    targets = {t["parameter"]: t for t in auth["spec"]["secretTargetRef"]}
+    assert set(targets) <= KEDA_KAFKA_AUTH, f"not read by KEDA: {sorted(set(targets) - KEDA_KAFKA_AUTH)}"
+    assert not set(targets) & set(meta)
+    assert {t["name"] for t in targets.values()} == {CREDENTIALS_SECRET}
+    for parameter, field in KEDA_AUTH_SETTINGS.items():
+        key = targets[parameter]["key"] if parameter in targets else None
+        assert key == _secret_key_of(manifests, field), f"KEDA's {parameter} is not the service's {field}"
+    if tls:
+        assert "ca" in targets, "KEDA would not trust the brokers' certificates"

@@ -35,6 +35,32 @@ PLAIN_TO_TLS = (
     "in state APIVERSION_QUERY)"
 )
 
+# OAUTHBEARER with OIDC client credentials (tests/support/oidc.py's token endpoint).
+TOKEN_URL = "http://127.0.0.1:41234/token"
+OIDC = {
+    "sasl_mechanism": "OAUTHBEARER",
+    "sasl_oauthbearer_token_endpoint_url": TOKEN_URL,
+    "sasl_oauthbearer_client_id": "microbatch",
+    "sasl_oauthbearer_client_secret": "s3cret",
+}
+CLIENT_REFUSED = (
+    f'Failed to retrieve OIDC token from "{TOKEN_URL}": {{"error": "invalid_client", "error_description": '
+    '"client authentication failed"} (401)'
+)
+CLIENT_REFUSED_CB = (
+    'Failed to acquire SASL OAUTHBEARER token: {"error": "invalid_client", "error_description": "client '
+    'authentication failed"}'
+)
+NOT_AN_ENDPOINT = f'Failed to retrieve OIDC token from "{TOKEN_URL}": {{"error": "not_found"}} (404)'
+NO_ENDPOINT = (
+    f'Failed to retrieve OIDC token from "{TOKEN_URL}": Failed to connect to 127.0.0.1 port 41234 after 0 '
+    "ms: Could not connect to server (-1)"
+)
+TOKEN_REFUSED = (
+    'sasl_ssl://127.0.0.1:19396/bootstrap: SASL authentication error: {"status":"invalid_token"} (after '
+    "311ms in state AUTH_REQ)"
+)
+
 
 def kafka(**values: object) -> KafkaSettings:
     return KafkaSettings(**values)
@@ -49,6 +75,10 @@ def kafka(**values: object) -> KafkaSettings:
         (BAD_CERT, {"security_protocol": "SSL"}, "SSL_CERT_FILE", "none was set"),
         (PLAIN_TO_TLS, {}, "SECURITY_PROTOCOL", "not PLAINTEXT"),
         (PLAIN_TO_TLS, {"security_protocol": "SASL_PLAINTEXT"}, "SECURITY_PROTOCOL", "not SASL_PLAINTEXT"),
+        (CLIENT_REFUSED, OIDC, "SASL_OAUTHBEARER_CLIENT_SECRET", "refused client 'microbatch'"),
+        (CLIENT_REFUSED_CB, OIDC, "SASL_OAUTHBEARER_CLIENT_SECRET", f"the token endpoint {TOKEN_URL}"),
+        (NOT_AN_ENDPOINT, OIDC, "SASL_OAUTHBEARER_TOKEN_ENDPOINT_URL", "(HTTP 404)"),
+        (TOKEN_REFUSED, OIDC, "SASL_OAUTHBEARER_TOKEN_ENDPOINT_URL", "the broker refused the token"),
     ],
 )
 def test_each_text_names_its_setting(text, values, setting, reason):
@@ -56,6 +86,15 @@ def test_each_text_names_its_setting(text, values, setting, reason):
     assert cause is not None
     assert cause.setting == f"MICROBATCH_KAFKA__{setting}"
     assert reason in cause.reason
+
+
+def test_a_token_endpoint_that_does_not_answer_is_not_the_configurations_fault(tmp_path: Path):
+    assert cause_of(NO_ENDPOINT, kafka(**OIDC)) is None  # like a broker that is down: waited for
+    secret = tmp_path / "client-secret"
+    secret.write_text("s3cret\n")
+    from_file = OIDC | {"sasl_oauthbearer_client_secret": None, "sasl_oauthbearer_client_secret_file": secret}
+    cause = cause_of(CLIENT_REFUSED, kafka(**from_file))
+    assert cause is not None and cause.setting == "MICROBATCH_KAFKA__SASL_OAUTHBEARER_CLIENT_SECRET_FILE"
 
 
 def test_a_disconnect_over_tls_and_a_refused_connection_are_not_the_configurations():
