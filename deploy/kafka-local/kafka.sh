@@ -2,6 +2,7 @@
 # A real single-node Apache Kafka broker (KRaft, combined broker+controller) for
 # development and integration tests, run from the Apache Kafka jars that Maven
 # fetches from Maven Central (see pom.xml beside this script). No Docker.
+# KAFKA_BROKERS=3 makes it a cluster of three such nodes instead (see "Cluster" below).
 #
 #   deploy/kafka-local/kafka.sh up       start (idempotent), wait until it answers Metadata
 #   deploy/kafka-local/kafka.sh down     stop by PID (SIGTERM, then SIGKILL after a bound)
@@ -29,6 +30,34 @@
 #                          beside this script when missing (default <state dir>/pki)
 #   KAFKA_SCRAM_USERS      secured: "user:password,..." created at format time (default
 #                          "admin:admin-secret")
+#   KAFKA_OAUTH_JWKS_URL   secured: also an OAUTHBEARER listener (SASL_SSL) on KAFKA_OAUTH_PORT
+#                          (default KAFKA_PORT+4), which checks each token's signature against this
+#                          JWKS (the identity provider must answer when the broker starts), its issuer
+#                          against KAFKA_OAUTH_ISSUER and its audience against KAFKA_OAUTH_AUDIENCE
+#                          (default "kafka"); the principal is the token's subject
+#
+# One node of a cluster (set by the cluster commands below for each of their nodes; by hand only
+# to run a node of a cluster laid out differently):
+#   KAFKA_NODE_ID          node.id (default 1)
+#   KAFKA_QUORUM_VOTERS    controller.quorum.voters, "id@host:port,..." (default this node alone)
+#   KAFKA_CLUSTER_ID       KRaft cluster id given to `kafka-storage format`, the same on every node
+#                          (default a fixed one)
+#   KAFKA_REPLICATION      replication factor of every topic, the offsets and the transaction and
+#                          share-group state (default 1); min.insync.replicas is one less (at least 1)
+#   KAFKA_LIB_DIR          the jars and the CDS archive (default <state dir>/lib), which several
+#                          nodes may share: then node 1 alone records one (into its state dir, kept
+#                          at its first clean stop) and every node maps it from then on
+#
+# Cluster: KAFKA_BROKERS=N (2-9; default 1, the single node above) makes up/down/status/reset act
+# on N combined broker+controller nodes, all N of them voters, with KAFKA_REPLICATION defaulting to
+# N (at most 3), hence min.insync.replicas 2 with three nodes. Node i (1..N) listens PLAINTEXT on
+# KAFKA_PORT+2(i-1) and CONTROLLER on KAFKA_PORT+2(i-1)+1, keeps its state in <state dir>/node-i
+# and shares the jars in <state dir>/lib; KAFKA_HEAP defaults to "-Xmx384m -Xms128m" per node.
+# `up` starts the nodes at once (a quorum needs a majority, so no node can be awaited alone
+# first), waits until each answers Metadata listing itself, and prints the bootstrap list
+# "127.0.0.1:P1,127.0.0.1:P2,...". KAFKA_NODE=i restricts a command to node i: `up` then starts
+# that node back into the running cluster, and `down` stops it alone. KAFKA_SECURITY=secured is
+# single-node only, and KAFKA_CONTROLLER_PORT is ignored.
 #
 # Everything listens on 127.0.0.1 only. Processes are started and stopped by PID only.
 set -euo pipefail
@@ -46,7 +75,16 @@ KAFKA_PORT="${KAFKA_PORT:-9092}"
 KAFKA_CONTROLLER_PORT="${KAFKA_CONTROLLER_PORT:-$((10#$KAFKA_PORT + 1))}"
 STATE_DIR="${KAFKA_STATE_DIR:-$REPO_ROOT/.local/kafka}"
 [[ "$STATE_DIR" == /* ]] || STATE_DIR="$PWD/$STATE_DIR"
-KAFKA_HEAP="${KAFKA_HEAP:--Xmx512m -Xms256m}"
+BROKERS="${KAFKA_BROKERS:-1}"
+[[ "$BROKERS" =~ ^[1-9]$ ]] || {
+    echo "kafka-local: error: KAFKA_BROKERS must be 1-9, got '$BROKERS'" >&2
+    exit 1
+}
+if ((BROKERS > 1)); then
+    KAFKA_HEAP="${KAFKA_HEAP:--Xmx384m -Xms128m}"
+else
+    KAFKA_HEAP="${KAFKA_HEAP:--Xmx512m -Xms256m}"
+fi
 KAFKA_AUTO_CREATE="${KAFKA_AUTO_CREATE:-true}"
 START_TIMEOUT="${KAFKA_START_TIMEOUT:-60}"
 STOP_TIMEOUT="${KAFKA_STOP_TIMEOUT:-20}"
@@ -55,10 +93,19 @@ KAFKA_SECURITY="${KAFKA_SECURITY:-plain}"
 KAFKA_SASL_SSL_PORT="${KAFKA_SASL_SSL_PORT:-$((10#$KAFKA_PORT + 2))}"
 KAFKA_SSL_PORT="${KAFKA_SSL_PORT:-$((10#$KAFKA_PORT + 3))}"
 KAFKA_SCRAM_USERS="${KAFKA_SCRAM_USERS:-admin:admin-secret}"
+KAFKA_OAUTH_JWKS_URL="${KAFKA_OAUTH_JWKS_URL:-}"
+KAFKA_OAUTH_ISSUER="${KAFKA_OAUTH_ISSUER:-}"
+KAFKA_OAUTH_AUDIENCE="${KAFKA_OAUTH_AUDIENCE:-kafka}"
+KAFKA_OAUTH_PORT="${KAFKA_OAUTH_PORT:-$((10#$KAFKA_PORT + 4))}"
 
-LIB_DIR="$STATE_DIR/lib"
+LIB_DIR="${KAFKA_LIB_DIR:-$STATE_DIR/lib}"
 LIB_MARKER="$LIB_DIR/.complete"
 CDS_ARCHIVE="$LIB_DIR/kafka.jsa"
+if [[ -n "${KAFKA_LIB_DIR:-}" ]]; then
+    CDS_RECORDING="$STATE_DIR/kafka.jsa.new" # jars shared by several nodes: each records its own
+else
+    CDS_RECORDING="$CDS_ARCHIVE.new"
+fi
 DATA_DIR="$STATE_DIR/data"
 LOG_DIR="$STATE_DIR/logs"
 PID_FILE="$STATE_DIR/kafka.pid"
@@ -69,9 +116,11 @@ LOCK_FILE="$STATE_DIR/.lock"
 SERVER_LOG="$LOG_DIR/server.log"
 STDOUT_LOG="$LOG_DIR/kafka.out"
 
-# A fixed KRaft cluster id (base64url of 16 bytes): the data dir is local and single-node.
-CLUSTER_ID="bWljcm9iYXRjaC1kZXYwMQ"
-NODE_ID=1
+# A fixed KRaft cluster id (base64url of 16 bytes): the data dirs are local.
+CLUSTER_ID="${KAFKA_CLUSTER_ID:-bWljcm9iYXRjaC1kZXYwMQ}"
+NODE_ID="${KAFKA_NODE_ID:-1}"
+QUORUM_VOTERS="${KAFKA_QUORUM_VOTERS:-$NODE_ID@$HOST:$KAFKA_CONTROLLER_PORT}"
+REPLICATION="${KAFKA_REPLICATION:-$((BROKERS < 3 ? BROKERS : 3))}"
 
 log() { printf 'kafka-local: %s\n' "$*" >&2; }
 die() {
@@ -88,12 +137,15 @@ secured) SECURED=true ;;
     ;;
 esac
 
-for port_var in KAFKA_PORT KAFKA_CONTROLLER_PORT KAFKA_SASL_SSL_PORT KAFKA_SSL_PORT; do
+for port_var in KAFKA_PORT KAFKA_CONTROLLER_PORT KAFKA_SASL_SSL_PORT KAFKA_SSL_PORT KAFKA_OAUTH_PORT; do
     if ! [[ "${!port_var}" =~ ^[0-9]{1,5}$ ]] || ((10#${!port_var} < 1 || 10#${!port_var} > 65535)); then
         die "$port_var must be a TCP port number, got '${!port_var}'"
     fi
 done
 [[ "$KAFKA_PORT" != "$KAFKA_CONTROLLER_PORT" ]] || die "KAFKA_PORT and KAFKA_CONTROLLER_PORT must differ"
+[[ "$NODE_ID" =~ ^[0-9]{1,9}$ ]] || die "KAFKA_NODE_ID must be a number, got '$NODE_ID'"
+[[ "$REPLICATION" =~ ^[1-9]$ ]] || die "KAFKA_REPLICATION must be 1-9, got '$REPLICATION'"
+MIN_ISR=$((REPLICATION > 1 ? REPLICATION - 1 : 1))
 
 # ---------------------------------------------------------------------------- helpers
 
@@ -145,12 +197,13 @@ configured_port() {
     sed -n 's|^listeners=PLAINTEXT://[^:]*:\([0-9]*\).*|\1|p' "$PROPS" | head -n 1
 }
 
-# Readiness: a real Kafka Metadata (v4) round trip that lists at least one live broker, i.e.
-# the broker is registered with the KRaft controller and unfenced. Uses only the Python
-# standard library; falls back to "port open + 'Kafka Server started' in the log".
+# Readiness: a real Kafka Metadata (v4) round trip whose live brokers include this node, i.e.
+# the broker is registered with the KRaft controller and unfenced (in a cluster another node's
+# being live is not enough). Uses only the Python standard library; falls back to "port open +
+# 'Kafka Server started' in the log".
 PROBE_PY='
 import socket, struct, sys
-host, port = sys.argv[1], int(sys.argv[2])
+host, port, node_id = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 client_id = b"kafka-local-probe"
 # RequestHeader v1 + MetadataRequest v4: topics=[] (none), allow_auto_topic_creation=false
 body = struct.pack(">hhih", 3, 4, 7, len(client_id)) + client_id + struct.pack(">ib", 0, 0)
@@ -172,15 +225,25 @@ except (OSError, EOFError) as exc:
     print(f"metadata probe: {exc}")
     sys.exit(1)
 corr, _throttle, nbrokers = struct.unpack(">iii", resp[:12])
-if corr != 7 or nbrokers < 1:
-    print(f"metadata probe: {nbrokers} live brokers")
+live, pos = [], 12
+try:
+    for _ in range(max(nbrokers, 0)):  # node_id, host, port, rack (nullable)
+        (nid, hlen) = struct.unpack_from(">ih", resp, pos)
+        pos += 6 + hlen + 4
+        (rlen,) = struct.unpack_from(">h", resp, pos)
+        pos += 2 + max(rlen, 0)
+        live.append(nid)
+except struct.error:
+    live = []
+if corr != 7 or node_id not in live:
+    print(f"metadata probe: live brokers {live}, not node {node_id}")
     sys.exit(1)
 '
 
 broker_ready() {
     local port="${1:-$KAFKA_PORT}"
     if command -v python3 >/dev/null 2>&1; then
-        python3 -c "$PROBE_PY" "$HOST" "$port" >/dev/null 2>&1
+        python3 -c "$PROBE_PY" "$HOST" "$port" "$NODE_ID" >/dev/null 2>&1
     else
         port_open "$port" && grep -q 'Kafka Server started' "$SERVER_LOG" 2>/dev/null
     fi
@@ -247,12 +310,16 @@ write_configs() {
     if [[ "$SECURED" == true ]]; then
         secured_listeners=",SASL_SSL://$HOST:$KAFKA_SASL_SSL_PORT,SSL://$HOST:$KAFKA_SSL_PORT"
         secured_map=",SASL_SSL:SASL_SSL,SSL:SSL"
+        if [[ -n "$KAFKA_OAUTH_JWKS_URL" ]]; then
+            secured_listeners+=",OAUTH://$HOST:$KAFKA_OAUTH_PORT"
+            secured_map+=",OAUTH:SASL_SSL"
+        fi
     fi
     cat >"$PROPS" <<EOF
 # Written by deploy/kafka-local/kafka.sh on every 'up'; edits are overwritten.
 process.roles=broker,controller
 node.id=$NODE_ID
-controller.quorum.voters=$NODE_ID@$HOST:$KAFKA_CONTROLLER_PORT
+controller.quorum.voters=$QUORUM_VOTERS
 listeners=PLAINTEXT://$HOST:$KAFKA_PORT,CONTROLLER://$HOST:$KAFKA_CONTROLLER_PORT$secured_listeners
 advertised.listeners=PLAINTEXT://$HOST:$KAFKA_PORT$secured_listeners
 listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT$secured_map
@@ -260,16 +327,16 @@ inter.broker.listener.name=PLAINTEXT
 controller.listener.names=CONTROLLER
 log.dirs=$DATA_DIR
 num.partitions=1
-default.replication.factor=1
-min.insync.replicas=1
+default.replication.factor=$REPLICATION
+min.insync.replicas=$MIN_ISR
 auto.create.topics.enable=$auto_create
 delete.topic.enable=true
-offsets.topic.replication.factor=1
+offsets.topic.replication.factor=$REPLICATION
 offsets.topic.num.partitions=10
-transaction.state.log.replication.factor=1
-transaction.state.log.min.isr=1
-share.coordinator.state.topic.replication.factor=1
-share.coordinator.state.topic.min.isr=1
+transaction.state.log.replication.factor=$REPLICATION
+transaction.state.log.min.isr=$MIN_ISR
+share.coordinator.state.topic.replication.factor=$REPLICATION
+share.coordinator.state.topic.min.isr=$MIN_ISR
 group.initial.rebalance.delay.ms=0
 # Single node on a small machine: fewer threads, quicker unfencing at start.
 num.network.threads=2
@@ -295,6 +362,17 @@ ssl.truststore.type=PEM
 ssl.truststore.location=$PKI_DIR/ca.pem
 listener.name.ssl.ssl.client.auth=required
 ssl.principal.mapping.rules=RULE:^CN=([^,]+).*\$/\$1/,DEFAULT
+EOF
+    fi
+    if [[ "$SECURED" == true && -n "$KAFKA_OAUTH_JWKS_URL" ]]; then
+        cat >>"$PROPS" <<EOF
+# KAFKA_OAUTH_JWKS_URL: OAUTHBEARER on the OAUTH listener, tokens checked against the provider's keys
+listener.name.oauth.sasl.enabled.mechanisms=OAUTHBEARER
+listener.name.oauth.oauthbearer.sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;
+listener.name.oauth.oauthbearer.sasl.server.callback.handler.class=org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler
+sasl.oauthbearer.jwks.endpoint.url=$KAFKA_OAUTH_JWKS_URL
+sasl.oauthbearer.expected.issuer=$KAFKA_OAUTH_ISSUER
+sasl.oauthbearer.expected.audience=$KAFKA_OAUTH_AUDIENCE
 EOF
     fi
     cat >"$LOG4J_CONF" <<EOF
@@ -366,6 +444,7 @@ cmd_up() {
         local p
         local ports=("$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT")
         [[ "$SECURED" == true ]] && ports+=("$KAFKA_SASL_SSL_PORT" "$KAFKA_SSL_PORT")
+        [[ "$SECURED" == true && -n "$KAFKA_OAUTH_JWKS_URL" ]] && ports+=("$KAFKA_OAUTH_PORT")
         for p in "${ports[@]}"; do
             if port_open "$p"; then
                 who_listens "$p"
@@ -392,14 +471,19 @@ cmd_up() {
             -Dlog4j2.configurationFile="$LOG4J_CONF"
             -Dkafka.logs.dir="$LOG_DIR"
         )
+        # Kafka 4 fetches no OAuth URL that this system property does not list.
+        if [[ "$SECURED" == true && -n "$KAFKA_OAUTH_JWKS_URL" ]]; then
+            jvm+=(-Dorg.apache.kafka.sasl.oauthbearer.allowed.urls="$KAFKA_OAUTH_JWKS_URL")
+        fi
         # Class-data sharing: map the archive if a previous clean stop wrote one, else record
         # one (the JVM writes it when it exits; 'down' keeps it only after a clean exit).
-        rm -f "$CDS_ARCHIVE.new"
+        rm -f "$CDS_RECORDING"
         if [[ "${KAFKA_CDS,,}" != "false" && "$KAFKA_CDS" != "0" ]]; then
             if [[ -s "$CDS_ARCHIVE" ]]; then
                 jvm+=(-XX:SharedArchiveFile="$CDS_ARCHIVE")
-            else
-                jvm+=(-XX:ArchiveClassesAtExit="$CDS_ARCHIVE.new")
+            elif [[ -z "${KAFKA_LIB_DIR:-}" || "$NODE_ID" == 1 ]]; then
+                # Shared jars: node 1 alone records (writing the archive adds seconds to a stop).
+                jvm+=(-XX:ArchiveClassesAtExit="$CDS_RECORDING")
             fi
             jvm+=(-Xlog:cds=off -Xlog:cds+dynamic=off)
         fi
@@ -418,7 +502,7 @@ cmd_up() {
     local deadline=$((SECONDS + START_TIMEOUT))
     while ! broker_ready "$KAFKA_PORT"; do
         if ! kill -0 "$pid" 2>/dev/null; then
-            rm -f "$PID_FILE" "$CDS_ARCHIVE.new"
+            rm -f "$PID_FILE" "$CDS_RECORDING"
             show_logs
             die "the broker exited during start-up"
         fi
@@ -426,7 +510,7 @@ cmd_up() {
             show_logs
             log "not ready after ${START_TIMEOUT}s; stopping pid $pid"
             stop_pid "$pid" || true
-            rm -f "$PID_FILE" "$CDS_ARCHIVE.new"
+            rm -f "$PID_FILE" "$CDS_RECORDING"
             die "the broker did not become ready on $HOST:$KAFKA_PORT within ${START_TIMEOUT}s"
         fi
         sleep 0.2
@@ -456,10 +540,10 @@ stop_pid() {
 
 # Keep a CDS archive only if the JVM that wrote it exited cleanly.
 settle_cds_archive() {
-    if [[ "${1:-clean}" == clean && -s "$CDS_ARCHIVE.new" ]]; then
-        mv -f "$CDS_ARCHIVE.new" "$CDS_ARCHIVE"
+    if [[ "${1:-clean}" == clean && -s "$CDS_RECORDING" ]]; then
+        mv -f "$CDS_RECORDING" "$CDS_ARCHIVE"
     fi
-    rm -f "$CDS_ARCHIVE.new"
+    rm -f "$CDS_RECORDING"
 }
 
 cmd_down() {
@@ -504,6 +588,95 @@ cmd_reset() {
     log "deleting $DATA_DIR and $LOG_DIR"
     rm -rf "$DATA_DIR" "$LOG_DIR"
 }
+
+# ---------------------------------------------------------------------------- cluster
+
+# Each node of a cluster is this script run as a single node with the environment below.
+SELF="$SCRIPT_DIR/$(basename -- "${BASH_SOURCE[0]}")"
+
+node_port() { echo $((10#$KAFKA_PORT + 2 * ($1 - 1))); }
+
+# The environment of node $1, one VAR=value a line.
+node_env() {
+    local port n voters=""
+    port="$(node_port "$1")"
+    for ((n = 1; n <= BROKERS; n++)); do
+        voters+="${voters:+,}$n@$HOST:$(($(node_port "$n") + 1))"
+    done
+    printf '%s\n' KAFKA_BROKERS=1 KAFKA_NODE= "KAFKA_NODE_ID=$1" "KAFKA_PORT=$port" \
+        "KAFKA_CONTROLLER_PORT=$((port + 1))" "KAFKA_STATE_DIR=$STATE_DIR/node-$1" \
+        "KAFKA_LIB_DIR=$LIB_DIR" "KAFKA_QUORUM_VOTERS=$voters" "KAFKA_REPLICATION=$REPLICATION" \
+        "KAFKA_CLUSTER_ID=$CLUSTER_ID" "KAFKA_HEAP=$KAFKA_HEAP"
+}
+
+# Run command $1 on every selected node at once, each one's messages marked with its node.
+# Fails if any of them failed.
+on_nodes() {
+    local cmd="$1" i rc=0 vars pids=()
+    for i in "${NODES[@]}"; do
+        mapfile -t vars < <(node_env "$i")
+        (env "${vars[@]}" bash "$SELF" "$cmd" 2>&1 >/dev/null |
+            sed -u "s/^kafka-local: /kafka-local: node-$i: /" >&2) &
+        pids+=($!)
+    done
+    for i in "${pids[@]}"; do
+        wait "$i" || rc=1
+    done
+    return "$rc"
+}
+
+cluster_up() {
+    command -v java >/dev/null 2>&1 || die "java (17 or newer) is needed"
+    take_lock
+    ensure_jars # once, before the nodes share the jars
+    on_nodes up || die "not every node started (above); '$0 down' with the same KAFKA_BROKERS stops the rest"
+    local i bootstrap=""
+    for i in "${NODES[@]}"; do
+        bootstrap+="${bootstrap:+,}$HOST:$(node_port "$i")"
+    done
+    log "cluster of $BROKERS ready on $bootstrap (replication factor $REPLICATION, min.insync.replicas $MIN_ISR)"
+    echo "$bootstrap"
+}
+
+# Exit 0 if every selected node is running and answering, 3 if all are stopped, 1 otherwise.
+cluster_status() {
+    local i out rc running=0 stopped=0 vars
+    for i in "${NODES[@]}"; do
+        mapfile -t vars < <(node_env "$i")
+        rc=0
+        out="$(env "${vars[@]}" bash "$SELF" status)" || rc=$?
+        echo "node-$i: $out"
+        ((rc == 0)) && running=$((running + 1))
+        ((rc == 3)) && stopped=$((stopped + 1))
+    done
+    ((running == ${#NODES[@]})) && return 0
+    ((stopped == ${#NODES[@]})) && return 3
+    return 1
+}
+
+if ((BROKERS > 1)); then
+    [[ "$SECURED" == false ]] || die "KAFKA_SECURITY=secured is single-node only (KAFKA_BROKERS=1)"
+    (($(node_port "$BROKERS") + 1 <= 65535)) || die "KAFKA_PORT $KAFKA_PORT leaves no room for $BROKERS nodes"
+    if [[ -n "${KAFKA_NODE:-}" ]]; then
+        if ! [[ "$KAFKA_NODE" =~ ^[1-9]$ ]] || ((KAFKA_NODE > BROKERS)); then
+            die "KAFKA_NODE must be a node of the cluster, 1-$BROKERS, got '$KAFKA_NODE'"
+        fi
+        NODES=("$KAFKA_NODE")
+    else
+        mapfile -t NODES < <(seq "$BROKERS")
+    fi
+    case "${1:-}" in
+    up) cluster_up ;;
+    down) take_lock && on_nodes down ;;
+    status) cluster_status ;;
+    reset) take_lock && on_nodes reset ;;
+    *)
+        echo "usage: KAFKA_BROKERS=$BROKERS [KAFKA_NODE=i] $0 {up|down|status|reset}" >&2
+        exit 2
+        ;;
+    esac
+    exit
+fi
 
 case "${1:-}" in
 up) cmd_up ;;

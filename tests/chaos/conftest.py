@@ -1,7 +1,8 @@
-"""Chaos-tier fixtures: a broker of the tests' own that they may stop, kill, freeze and restart.
+"""Chaos-tier fixtures: a broker of the tests' own that they may stop, kill, freeze and restart, and a
+three-node cluster whose nodes they may stop, kill, freeze and restart one at a time.
 
 The session broker (``kafka_bootstrap``) is shared with the integration tier and must stay healthy, so
-broker faults go to this second one: its own port and state directory, topic auto-creation OFF (so a
+broker faults go to these: each with its own ports and state directory, topic auto-creation OFF (so a
 missing topic stays missing), started once per module and stopped by PID at the end.
 """
 
@@ -14,9 +15,12 @@ from collections.abc import Iterator
 import pytest
 
 from service.tools.topics import TopicAdmin
-from tests.support.broker import REPO_ROOT, FaultBroker, MakeTopic, make_topic_factory
+from tests.support.broker import REPO_ROOT, Cluster, FaultBroker, MakeTopic, cluster_sh, make_topic_factory
 
 FAULT_PORT = int(os.environ.get("KAFKA_FAULT_PORT", "19192"))
+# The cluster's nodes listen on CLUSTER_PORT+2(i-1) (PLAINTEXT) and the port above it (CONTROLLER).
+CLUSTER_PORT = int(os.environ.get("KAFKA_CLUSTER_PORT", "19492"))
+CLUSTER_SIZE = 3
 
 
 @pytest.fixture(scope="module")
@@ -49,3 +53,38 @@ def fault_admin(fault_broker: FaultBroker) -> TopicAdmin:
 def fault_topic_factory(fault_admin: TopicAdmin) -> Iterator[MakeTopic]:
     """Like ``topic_factory``, on the fault broker."""
     yield from make_topic_factory(fault_admin)
+
+
+@pytest.fixture(scope="module")
+def kafka_cluster() -> Iterator[Cluster]:
+    """Three KRaft nodes (each broker and controller, all three voters), replication factor 3 and
+    min.insync.replicas 2, fresh data; every node stopped by PID at the end."""
+    state_dir = REPO_ROOT / ".local" / f"kafka-cluster-{CLUSTER_PORT}"
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if name not in ("KAFKA_NODE", "KAFKA_CONTROLLER_PORT")
+    } | {
+        "KAFKA_BROKERS": str(CLUSTER_SIZE),
+        "KAFKA_PORT": str(CLUSTER_PORT),
+        "KAFKA_STATE_DIR": str(state_dir),
+        "KAFKA_AUTO_CREATE": "false",
+        "KAFKA_START_TIMEOUT": "120",  # three JVMs starting at once on a small, busy machine
+    }
+    cluster_sh("reset", env)  # fresh data: earlier runs' topics and groups must not leak in
+    try:
+        cluster = Cluster.up(env, state_dir)
+    except BaseException:
+        cluster_sh("down", env)
+        raise
+    try:
+        yield cluster
+    finally:
+        cluster.thaw_all()
+        cluster_sh("down", env)
+
+
+@pytest.fixture
+def cluster_topic_factory(kafka_cluster: Cluster) -> Iterator[MakeTopic]:
+    """Like ``topic_factory``, on the cluster, every partition with three replicas."""
+    yield from make_topic_factory(kafka_cluster.admin, replication_factor=CLUSTER_SIZE)

@@ -34,3 +34,4 @@ def secured() -> Iterator[Secured]:
     finally:
         with contextlib.suppress(RuntimeError):
             broker.broker.sh("down")
+        broker.oidc.stop()

@@ -1,9 +1,11 @@
 """The service on a secured broker (tests/support/secured.py), configured through the security settings
-alone: SCRAM-SHA-512 over TLS with the password read from a file, and mTLS with an encrypted key whose
-passphrase is read from a file. As a principal holding only the ACLs the service needs, every input gets
-its result and its offset committed, and no secret appears in what the service writes. No ACL on the
-input topic is named as one, not as a missing topic, and stops start-up (exit 3). A permission refused
-while running (READ on the group, READ on the input, WRITE on the output) is named, counted and fails
+alone: SCRAM-SHA-512 over TLS with the password read from a file, mTLS with an encrypted key whose
+passphrase is read from a file, and OAUTHBEARER with OIDC client credentials (tokens from a real token
+endpoint, tests/support/oidc.py, their signatures checked by the broker). As a principal holding only the
+ACLs the service needs, every input gets its result and its offset committed, and no secret appears in
+what the service writes (its debug log, librdkafka's ``debug=all``, ``/metrics``). No ACL on the input
+topic is named as one, not as a missing topic, and stops start-up (exit 3). A permission refused while
+running (READ on the group, READ on the input, WRITE on the output) is named, counted and fails
 ``/readyz`` after the bound, and granting it mid-run is enough: nothing is lost."""
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from confluent_kafka.admin import AclOperation, ResourceType
@@ -37,12 +40,16 @@ from tests.support.harness import (
 )
 from tests.support.secured import (
     APP_USER,
+    OIDC_USER,
     SECRETS,
     Secured,
     allow,
     grant,
     mtls_settings,
+    oauth_settings,
     scram_settings,
+    secret_file,
+    set_password,
 )
 
 EVENTS = 400
@@ -64,12 +71,15 @@ def secured_topics(secured: Secured) -> Iterator[dict[str, str]]:
 def _serve_all(tmp_path, secured: Secured, topics, group_id, principal: str, settings: dict[str, str]) -> str:
     """Grant ``principal`` the service's ACLs, run the service with ``settings`` (its bootstrap servers
     among them) over ``EVENTS`` events, and check every one has exactly one result and every offset is
-    committed. Returns its log."""
+    committed. Returns all it wrote: its log (at debug level, librdkafka's ``debug=all`` in it) and its
+    ``/metrics``, for the tests to look for secrets in."""
     grant(
         secured.admin, principal, read=[topics["in"]], write=[topics["out"], topics["dlq"]], groups=[group_id]
     )
     coords = produce(secured.admin, topics["in"], metrics_events(EVENTS, seed=61))
-    service = _start(tmp_path, topics, group_id, settings)
+    port = free_port()
+    verbose = {"log__level": "debug", "kafka__extra": '{"debug": "all"}', "metrics__port": str(port)}
+    service = _start(tmp_path, topics, group_id, verbose | settings)
     try:
         outputs = read_topic(secured.admin, topics["out"], expected=EVENTS)
         assert counts([source_of(o) for o in outputs]) == counts(coords)
@@ -79,11 +89,13 @@ def _serve_all(tmp_path, secured: Secured, topics, group_id, principal: str, set
             30,
             "every offset committed",
         )
+        metrics = http_get(port, "/metrics")[1]
     finally:
         code = service.stop()
     log = service.log()
     assert code == 0, log[-3000:]
-    return log
+    assert "microbatch_outputs_acknowledged_total" in metrics and "[thrd:" in log  # both were read
+    return log + metrics
 
 
 def _start(tmp_path, topics, group_id, settings: dict[str, str]):
@@ -94,7 +106,7 @@ def _start(tmp_path, topics, group_id, settings: dict[str, str]):
 def test_the_pipeline_runs_over_scram_and_tls_with_the_password_from_a_file(
     tmp_path, secured, secured_topics, group_id
 ):
-    settings = scram_settings(secured, tmp_path, log__level="debug")
+    settings = scram_settings(secured, tmp_path)
     log = _serve_all(tmp_path, secured, secured_topics, group_id, f"User:{APP_USER}", settings)
     assert '"sasl_mechanism": "SCRAM-SHA-512", "sasl_username": "app"' in log  # the start-up line says so
     for secret in SECRETS:
@@ -104,11 +116,74 @@ def test_the_pipeline_runs_over_scram_and_tls_with_the_password_from_a_file(
 def test_the_pipeline_runs_over_mtls_with_the_key_passphrase_from_a_file(
     tmp_path, secured, secured_topics, group_id
 ):
-    settings = mtls_settings(secured, tmp_path, log__level="debug")
+    settings = mtls_settings(secured, tmp_path)
     # The principal is the certificate's CN (ssl.principal.mapping.rules).
     log = _serve_all(tmp_path, secured, secured_topics, group_id, "User:alice", settings)
     for secret in SECRETS:
         assert secret not in log
+
+
+def test_the_pipeline_runs_over_oauthbearer_with_oidc_client_credentials_from_a_file(
+    tmp_path, secured, secured_topics, group_id
+):
+    issued = secured.oidc.tokens_issued
+    settings = oauth_settings(secured, tmp_path)
+    # The principal is the token's subject, which the broker checked against the provider's keys.
+    log = _serve_all(tmp_path, secured, secured_topics, group_id, f"User:{OIDC_USER}", settings)
+    assert secured.oidc.tokens_issued >= issued + 2  # one per client, from the token endpoint
+    assert '"sasl_mechanism": "OAUTHBEARER"' in log
+    for secret in SECRETS:
+        assert secret not in log
+
+
+def test_a_password_rotated_at_the_broker_keeps_the_running_service_going_and_a_restart_reads_the_new_one(
+    tmp_path, secured, secured_topics, group_id
+):
+    # A user of its own, so that the other tests' user keeps its password.
+    topics, user = secured_topics, "rotating"
+    first, rotated = "rot-First-pa55word-0044", "rot-New-pa55word-0045"
+    set_password(secured.admin, user, first)
+    principal = f"User:{user}"
+    grant(
+        secured.admin, principal, read=[topics["in"]], write=[topics["out"], topics["dlq"]], groups=[group_id]
+    )
+    settings = scram_settings(
+        secured,
+        tmp_path,
+        kafka__sasl_username=user,
+        kafka__sasl_password_file=secret_file(tmp_path, "pw", first),
+    )
+    events = metrics_events(3 * 100, seed=71)
+    coords = produce(secured.admin, topics["in"], events[:100])
+    service = _start(tmp_path, topics, group_id, settings)
+    try:
+        read_topic(secured.admin, topics["out"], expected=100)
+        # The rotation: the broker's credential first, then the mounted file, as a Secret's update does.
+        set_password(secured.admin, user, rotated)
+        Path(settings["kafka__sasl_password_file"]).write_text(rotated + "\n")
+        coords += produce(secured.admin, topics["in"], events[100:200])
+        read_topic(secured.admin, topics["out"], expected=200)  # its connections stay authenticated
+    finally:
+        code = service.stop()
+    logs = service.log()
+    assert code == 0, logs[-3000:]
+    coords += produce(secured.admin, topics["in"], events[200:])
+    restarted = _start(tmp_path, topics, group_id, settings)  # a rolling restart: the new file is read
+    try:
+        outputs = read_topic(secured.admin, topics["out"], expected=300)
+        ends = end_offsets(secured.admin, topics["in"], SERVICE_PARTITIONS)
+        wait_for(
+            lambda: committed(secured.admin, group_id, topics["in"], SERVICE_PARTITIONS) == ends,
+            30,
+            "every offset committed",
+        )
+    finally:
+        code = restarted.stop()
+    logs += restarted.log()
+    assert code == 0, logs[-3000:]
+    assert set(counts([source_of(o) for o in outputs])) == set(counts(coords))  # at least once: none lost
+    for secret in (*SECRETS, first, rotated):
+        assert secret not in logs
 
 
 def test_no_acl_on_the_input_topic_is_named_as_such_not_as_a_missing_topic(

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.secured import SECRETS, mtls_settings, scram_settings, secret_file
+from tests.support.secured import SECRETS, mtls_settings, oauth_settings, scram_settings, secret_file
 
 STARTUP_TIMEOUT_S = 30  # the default: a fault not named in time would exit 3 after it
 
@@ -98,6 +98,18 @@ FAULTS = {
         ),
         "MICROBATCH_KAFKA__SSL_CERT_FILE",
         "mallory.crt",
+    ),
+    "OAUTHBEARER with a wrong client secret": (
+        lambda s, t: oauth_settings(
+            s, t, kafka__sasl_oauthbearer_client_secret_file=secret_file(t, "wrong", "not-the-password")
+        ),
+        "MICROBATCH_KAFKA__SASL_OAUTHBEARER_CLIENT_SECRET_FILE",
+        "refused client 'microbatch'",
+    ),
+    "OAUTHBEARER from a URL that is not a token endpoint": (
+        lambda s, t: oauth_settings(s, t, kafka__sasl_oauthbearer_token_endpoint_url=s.oidc.jwks_url),
+        "MICROBATCH_KAFKA__SASL_OAUTHBEARER_TOKEN_ENDPOINT_URL",
+        "did not answer as an OIDC token endpoint (HTTP 404)",
     ),
 }
 

@@ -1,8 +1,10 @@
-"""The real brokers the tests run against: the session broker of ``deploy/kafka-local/kafka.sh`` and the
-chaos tier's fault broker, which tests may stop, kill, freeze and restart. No mocks anywhere."""
+"""The real brokers the tests run against: the session broker of ``deploy/kafka-local/kafka.sh``, the
+chaos tier's fault broker, which tests may stop, kill, freeze and restart, and its three-node cluster,
+whose nodes they may stop, kill, freeze and restart one at a time. No mocks anywhere."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -12,6 +14,9 @@ import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import ClusterMetadata, NewTopic
 
 from service.tools.topics import TopicAdmin
 
@@ -40,15 +45,18 @@ def kafka_sh(
 MakeTopic = Callable[..., str]
 
 
-def make_topic_factory(admin: TopicAdmin) -> Iterator[MakeTopic]:
+def make_topic_factory(admin: TopicAdmin, *, replication_factor: int = 1) -> Iterator[MakeTopic]:
     """Yield ``make_topic(partitions=1, prefix="t", *, config=None) -> str``, creating a new, ready,
-    uniquely named topic on ``admin``'s cluster; delete every topic it made afterwards (best effort: a
-    broker a test left stopped just keeps them)."""
+    uniquely named topic on ``admin``'s cluster (``replication_factor`` replicas of each partition);
+    delete every topic it made afterwards (best effort: a broker a test left stopped just keeps them)."""
     created: list[str] = []
 
     def make_topic(partitions: int = 1, prefix: str = "t", *, config: dict[str, str] | None = None) -> str:
         name = f"{prefix}-{uuid.uuid4().hex[:12]}"
-        admin.create([name], partitions, config=config)
+        if replication_factor == 1:
+            admin.create([name], partitions, config=config)
+        else:
+            create_replicated(admin, name, partitions, replication_factor, config)
         created.append(name)
         return name
 
@@ -101,3 +109,106 @@ class FaultBroker:
 
     def thaw(self) -> None:
         os.kill(self.pid, signal.SIGCONT)
+
+
+def create_replicated(
+    admin: TopicAdmin, name: str, partitions: int, replication_factor: int, config: dict[str, str] | None
+) -> None:
+    """Create ``name`` with ``replication_factor`` replicas per partition, placed by the cluster, and wait
+    until every partition has a leader."""
+    topic = NewTopic(name, partitions, replication_factor, config=dict(config or {}))
+    for future in admin.client.create_topics([topic], operation_timeout=30, request_timeout=30).values():
+        future.result(timeout=60)
+    admin.wait_ready(name, partitions)
+
+
+def cluster_sh(command: str, env: dict[str, str], timeout: float = KAFKA_UP_TIMEOUT_S) -> str:
+    """``kafka.sh <command>`` on every node of the cluster that ``env`` describes (``KAFKA_BROKERS``), at
+    once; returns its standard output. Raises RuntimeError with the script's messages if it failed."""
+    done = kafka_sh(command, env, timeout)
+    if done.returncode != 0:
+        raise RuntimeError(f"kafka.sh {command} (cluster) failed: {done.stderr}{done.stdout}")
+    return done.stdout
+
+
+# A node thawed after a freeze may answer Metadata from its stale cache for a moment: "healed" must be
+# seen this many times in a row (each time by a new client, from whichever node it reached first).
+HEALED_POLLS = 3
+
+
+@dataclass
+class Cluster:
+    """The nodes of a ``KAFKA_BROKERS`` cluster of ``kafka.sh``, by node id (also their broker id in
+    metadata). Each node is a :class:`FaultBroker` (``KAFKA_NODE`` set) that a test may stop, kill,
+    freeze and start back into the running cluster on its own."""
+
+    bootstrap: str
+    env: dict[str, str]
+    state_dir: Path
+    nodes: dict[int, FaultBroker]
+    admin: TopicAdmin
+
+    @classmethod
+    def up(cls, env: dict[str, str], state_dir: Path) -> Cluster:
+        """Start every node (``kafka.sh up``, idempotent) and return once each one answers."""
+        bootstrap = cluster_sh("up", env).split()[-1]
+        nodes = {
+            i: FaultBroker(address, env | {"KAFKA_NODE": str(i)}, state_dir / f"node-{i}")
+            for i, address in enumerate(bootstrap.split(","), start=1)
+        }
+        return cls(bootstrap, env, state_dir, nodes, TopicAdmin({"bootstrap.servers": bootstrap}))
+
+    def thaw_all(self) -> None:
+        """SIGCONT to every node that runs (harmless when none is frozen)."""
+        for node in self.nodes.values():
+            with contextlib.suppress(OSError, ValueError):  # not running: no pid file, or a stale one
+                node.thaw()
+
+    def restore(self) -> None:
+        """Thaw every node and start any that is down: after a test, whatever it left behind."""
+        self.thaw_all()
+        cluster_sh("up", self.env)
+
+    def _metadata(self, topic: str | None = None) -> ClusterMetadata:
+        """Metadata asked by a new client: a long-lived one may keep asking a node that is gone or frozen.
+        Raises KafkaException when no node answered within 5 s."""
+        return TopicAdmin({"bootstrap.servers": self.bootstrap}).client.list_topics(topic=topic, timeout=5)
+
+    def leaders(self, topic: str) -> dict[int, int] | None:
+        """``{partition: leader node id}`` of ``topic`` as metadata shows it now (-1: none); None when no
+        node answered."""
+        try:
+            meta = self._metadata(topic).topics[topic]
+        except KafkaException:
+            return None
+        return {p.id: p.leader for p in meta.partitions.values()}
+
+    def unhealed(self) -> str | None:
+        """Why the cluster is not whole, or None: every node live, and every partition of every topic
+        (the internal ones included) led and with all its replicas in sync."""
+        try:
+            meta = self._metadata()
+        except KafkaException as exc:
+            return f"metadata request failed: {exc}"
+        if sorted(meta.brokers) != sorted(self.nodes):
+            return f"live brokers {sorted(meta.brokers)}"
+        for topic in meta.topics.values():
+            for part in topic.partitions.values():
+                if part.leader < 0 or sorted(part.isrs) != sorted(part.replicas):
+                    return (
+                        f"{topic.topic}[{part.id}]: leader {part.leader}, isr {part.isrs} of {part.replicas}"
+                    )
+        return None
+
+    def wait_healed(self, timeout_s: float) -> float:
+        """Until :meth:`unhealed` says None HEALED_POLLS times in a row; return the seconds it took.
+        Raises AssertionError saying what was last wrong."""
+        start = time.monotonic()
+        deadline, streak, why = start + timeout_s, 0, "not checked"
+        while streak < HEALED_POLLS:
+            if time.monotonic() >= deadline:
+                raise AssertionError(f"the cluster did not heal within {timeout_s}s: {why}")
+            problem = self.unhealed()
+            streak, why = (streak + 1, why) if problem is None else (0, problem)
+            time.sleep(0.2)
+        return time.monotonic() - start

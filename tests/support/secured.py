@@ -17,32 +17,41 @@ from confluent_kafka.admin import (
     AdminClient,
     ResourcePatternType,
     ResourceType,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialUpsertion,
 )
 
 from tests.support.broker import REPO_ROOT, FaultBroker
+from tests.support.oidc import AUDIENCE, OidcProvider
 
 SECURED_PORT = int(os.environ.get("KAFKA_SECURED_PORT", "19392"))
 APP_USER, APP_PASSWORD = "app", "app-Scram-pa55word-0042"
 CLIENT_KEY_PASSWORD = "alice-Key-pa55phrase-0042"  # alice.key's passphrase (gen-certs.sh)
-SECRETS = (APP_PASSWORD, CLIENT_KEY_PASSWORD)
+OIDC_CLIENT, OIDC_SECRET, OIDC_USER = "microbatch", "oidc-Client-s3cret-0042", "svc-oidc"
+SECRETS = (APP_PASSWORD, CLIENT_KEY_PASSWORD, OIDC_SECRET)
 
 
 @dataclass(frozen=True)
 class Secured:
-    """The running secured broker: ``admin`` (PLAINTEXT, super user), ``sasl_ssl`` and ``mtls``
-    bootstrap addresses, and the ``pki`` folder (``ca.pem``, ``alice.crt``/``alice.key``, a rogue CA's
-    ``mallory.crt``/``mallory.key``)."""
+    """The running secured broker: ``admin`` (PLAINTEXT, super user), ``sasl_ssl`` (SCRAM), ``mtls`` and
+    ``oauth`` (OAUTHBEARER over TLS, tokens from ``oidc``) bootstrap addresses, and the ``pki`` folder
+    (``ca.pem``, ``alice.crt``/``alice.key``, a rogue CA's ``mallory.crt``/``mallory.key``)."""
 
     broker: FaultBroker
     admin: str
     sasl_ssl: str
     mtls: str
+    oauth: str
+    oidc: OidcProvider
     pki: Path
 
 
 def start_secured() -> Secured:
-    """Start it afresh (data and certificates), and return once it answers."""
+    """Start it afresh (data and certificates), and return once it answers. Its identity provider starts
+    first: the broker fetches the provider's keys as it starts."""
     state_dir = REPO_ROOT / ".local" / f"kafka-secured-{SECURED_PORT}"
+    oidc = OidcProvider(OIDC_CLIENT, OIDC_SECRET, subject=OIDC_USER).start()
     env = {
         **os.environ,
         "KAFKA_PORT": str(SECURED_PORT),
@@ -51,6 +60,9 @@ def start_secured() -> Secured:
         "KAFKA_SECURITY": "secured",
         "KAFKA_SCRAM_USERS": f"{APP_USER}:{APP_PASSWORD}",
         "CLIENT_KEY_PASSWORD": CLIENT_KEY_PASSWORD,
+        "KAFKA_OAUTH_JWKS_URL": oidc.jwks_url,
+        "KAFKA_OAUTH_ISSUER": oidc.issuer,
+        "KAFKA_OAUTH_AUDIENCE": AUDIENCE,
     }
     broker = FaultBroker(f"127.0.0.1:{SECURED_PORT}", env, state_dir)
     broker.sh("reset")
@@ -62,6 +74,8 @@ def start_secured() -> Secured:
         admin=f"127.0.0.1:{SECURED_PORT}",
         sasl_ssl=f"127.0.0.1:{SECURED_PORT + 2}",
         mtls=f"127.0.0.1:{SECURED_PORT + 3}",
+        oauth=f"127.0.0.1:{SECURED_PORT + 4}",
+        oidc=oidc,
         pki=state_dir / "pki",
     )
 
@@ -136,3 +150,28 @@ def mtls_settings(secured: Secured, folder: Path, **changes: str) -> dict[str, s
         "kafka__ssl_key_file": str(secured.pki / "alice.key"),
         "kafka__ssl_key_password_file": secret_file(folder, "key-password", CLIENT_KEY_PASSWORD),
     } | changes
+
+
+def oauth_settings(secured: Secured, folder: Path, **changes: str) -> dict[str, str]:
+    """The service's settings for OAUTHBEARER over TLS, with OIDC client credentials from ``secured.oidc``
+    (the client secret from a file in ``folder``); the principal is ``User:svc-oidc``, the tokens' ``sub``."""
+    return {
+        "kafka__bootstrap_servers": secured.oauth,
+        "kafka__security_protocol": "SASL_SSL",
+        "kafka__sasl_mechanism": "OAUTHBEARER",
+        "kafka__sasl_oauthbearer_token_endpoint_url": secured.oidc.token_url,
+        "kafka__sasl_oauthbearer_client_id": OIDC_CLIENT,
+        "kafka__sasl_oauthbearer_client_secret_file": secret_file(folder, "client-secret", OIDC_SECRET),
+        "kafka__sasl_oauthbearer_scope": "kafka",
+        "kafka__ssl_ca_file": str(secured.pki / "ca.pem"),
+    } | changes
+
+
+def set_password(admin: str, user: str, password: str) -> None:
+    """Give ``user`` a new SCRAM-SHA-512 password at the broker (the old one stops working for new
+    connections at once: Kafka keeps one credential per user and mechanism)."""
+    credential = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096)
+    client = AdminClient({"bootstrap.servers": admin})
+    upsert = UserScramCredentialUpsertion(user, credential, password.encode())
+    for future in client.alter_user_scram_credentials([upsert]).values():
+        future.result(15)
