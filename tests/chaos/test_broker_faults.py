@@ -9,8 +9,6 @@ duplicates it reports are printed (``-s``) and held to the bound stated beside e
 from __future__ import annotations
 
 import json
-import signal
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -19,24 +17,35 @@ from typing import Any
 
 import msgspec
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import KafkaError, Message, Producer
 
 from service.tools.generate import METRIC_FEATURES, EventGenerator
 from service.tools.poison import make_poison
 from service.tools.processes import Child
 from service.tools.topics import TopicAdmin
-from service.tools.verify import VerifyReport, format_report, verify
+from service.tools.verify import verify
 from tests.support.harness import (
     dlq_source_of,
     free_port,
     http_get,
+    metrics_events,
     produce,
     read_topic,
-    start_service,
     wait_for,
 )
-
-PARTITIONS = 4
+from tests.support.streams import (
+    PARTITIONS,
+    LogWatch,
+    Probe,
+    StreamProducer,
+    alive,
+    check_report,
+    hold,
+    start_streamed,
+    stop_service,
+    stream_topics,
+    tail,
+)
 
 # Broker restart: a steady stream, the broker stopped (SIGTERM) then later killed (SIGKILL), each time for
 # BROKER_DOWN_S. The producer stops after the second recovery, so the input holds well under the cap.
@@ -80,187 +89,15 @@ DRAIN_TIMEOUT_S = 150
 # -- helpers -------------------------------------------------------------------------------------------
 
 
-def _metrics(n: int, seed: int) -> list[tuple[bytes, bytes]]:
-    return [(e["host"].encode(), msgspec.json.encode(e)) for e in EventGenerator(seed).metrics(n, 0.05)]
-
-
-class LogWatch:
-    """Reads a service's JSON log incrementally; keeps every parsed record."""
-
-    def __init__(self, service: Child) -> None:
-        self._path = service.log_path
-        self._pos = 0
-        self._partial = b""
-        self.records: list[dict[str, Any]] = []
-
-    def refresh(self) -> None:
-        with self._path.open("rb") as f:
-            f.seek(self._pos)
-            chunk = f.read()
-            self._pos = f.tell()
-        lines = (self._partial + chunk).split(b"\n")
-        self._partial = lines.pop()
-        for line in lines:
-            if line.startswith(b"{"):
-                try:
-                    self.records.append(json.loads(line))
-                except ValueError:
-                    continue
-
-    def events(self, name: str, **match: Any) -> list[dict[str, Any]]:
-        self.refresh()
-        return [
-            r for r in self.records if r.get("event") == name and all(r.get(k) == v for k, v in match.items())
-        ]
-
-
-class Probe:
-    """One long-lived client for watermarks and the service group's commits (cheap to poll often)."""
-
-    def __init__(self, bootstrap: str, group: str) -> None:
-        self._consumer = Consumer(
-            {"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False}
-        )
-
-    def ends(self, topic: str, partitions: int = PARTITIONS) -> dict[int, int]:
-        return {
-            p: self._consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-            for p in range(partitions)
-        }
-
-    def committed(self, topic: str, partitions: int = PARTITIONS) -> dict[int, int]:
-        parts = self._consumer.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
-        return {p.partition: p.offset for p in parts}
-
-    def total(self, topic: str) -> int:
-        """Records in ``topic`` now; -1 while the broker cannot answer."""
-        try:
-            return sum(self.ends(topic).values())
-        except KafkaException:
-            return -1
-
-    def committed_or_none(self, topic: str) -> dict[int, int] | None:
-        """Like :meth:`committed`; None while the broker cannot answer (e.g. coordinator still loading)."""
-        try:
-            return self.committed(topic)
-        except KafkaException:
-            return None
-
-    def committed_total(self, topic: str) -> int:
-        """Offsets the service group committed over all partitions; -1 while the broker cannot answer."""
-        try:
-            return sum(max(o, 0) for o in self.committed(topic).values())
-        except KafkaException:
-            return -1
-
-    def lag(self, topic: str) -> int:
-        """Inputs not yet committed by the service group; -1 while the broker cannot answer."""
-        try:
-            ends, commits = self.ends(topic), self.committed(topic)
-        except KafkaException:
-            return -1
-        return sum(e - max(commits[p], 0) for p, e in ends.items())
-
-    def drained(self, topic: str) -> bool:
-        """Every input offset committed by the service group."""
-        try:
-            return self.committed(topic) == self.ends(topic)
-        except KafkaException:
-            return False
-
-    def close(self) -> None:
-        self._consumer.close()
-
-
-class StreamProducer:
-    """Produces ``items`` at ``rate`` events/s from a thread until :meth:`finish`. It keeps producing while
-    the broker is away: records wait in the local queue (message.timeout.ms far above any outage) and go
-    out when it is back. Not idempotent on purpose: the test's own producer must not die of a fatal
-    idempotence error across a SIGKILLed broker; a duplicated input just needs one more answer."""
-
-    def __init__(self, bootstrap: str, topic: str, items: list[tuple[bytes, bytes]], rate: float) -> None:
-        self._producer = Producer(
-            {
-                "bootstrap.servers": bootstrap,
-                "acks": "all",
-                "enable.idempotence": False,
-                "linger.ms": 5,
-                "message.timeout.ms": 240_000,
-            }
-        )
-        self._topic, self._items, self._rate = topic, items, rate
-        self._stop = threading.Event()
-        self.produced = 0
-        self.errors: list[KafkaError] = []
-        self._thread = threading.Thread(target=self._run, name="stream-producer", daemon=True)
-        self._thread.start()
-
-    def _on_delivery(self, err: KafkaError | None, _msg: Message) -> None:
-        if err is not None:
-            self.errors.append(err)
-
-    def _run(self) -> None:
-        start = time.monotonic()
-        for i, (key, value) in enumerate(self._items):
-            if i % 25 == 0 and self._stop.wait(max(0.0, start + i / self._rate - time.monotonic())):
-                return
-            while True:
-                try:
-                    self._producer.produce(self._topic, value, key, on_delivery=self._on_delivery)
-                    break
-                except BufferError:
-                    self._producer.poll(0.1)
-            self._producer.poll(0)
-            self.produced += 1
-
-    def cancel(self) -> None:
-        self._stop.set()
-
-    def finish(self, flush_timeout_s: float = 120) -> int:
-        """Stop producing, deliver everything queued; return how many records were produced."""
-        self._stop.set()
-        self._thread.join(30)
-        assert not self._thread.is_alive(), "stream producer thread did not stop"
-        left = self._producer.flush(flush_timeout_s)
-        assert left == 0, f"{left} input records still undelivered after {flush_timeout_s}s"
-        assert self.errors == [], f"input deliveries failed: {self.errors[:5]}"
-        return self.produced
-
-
-def _topics(fault_topic_factory, *, output: str | None = None, dlq: str | None = None) -> dict[str, str]:
-    """Input and output with PARTITIONS each, DLQ with one; ``output``/``dlq`` name a topic that must not
-    exist yet instead."""
-    return {
-        "in": fault_topic_factory(partitions=PARTITIONS, prefix="in"),
-        "out": output or fault_topic_factory(partitions=PARTITIONS, prefix="out"),
-        "dlq": dlq or fault_topic_factory(partitions=1, prefix="dlq"),
-    }
-
-
-def _start(tmp_path: Path, bootstrap: str, group: str, topics: dict[str, str], **extra: str) -> Child:
-    settings = {
-        "kafka__bootstrap_servers": bootstrap,
-        "kafka__group_id": group,
-        "kafka__session_timeout_ms": "6000",
-        "kafka__startup_timeout_s": "60",
-        "input__topics": topics["in"],
-        "output__topic": topics["out"],
-        "dlq__topic": topics["dlq"],
-        "model__name": "metrics-anomaly",
-        "log__stats_interval_s": "1",
-    }
-    return start_service(tmp_path, **(settings | extra))
-
-
 def _backlog_without_output_topic(
     tmp_path: Path, fault_broker, fault_topic_factory, group: str, events: int, seed: int, **extra: str
 ) -> tuple[dict[str, str], list, Child]:
     """A backlog of ``events`` and a service whose output topic does not exist (auto-create is off), with
     the in-flight limit at BACKPRESSURE_MAX_IN_FLIGHT: it fills up and pauses."""
-    topics = _topics(fault_topic_factory, output=f"out-missing-{uuid.uuid4().hex[:12]}")
-    items = _metrics(events, seed=seed)
+    topics = stream_topics(fault_topic_factory, output=f"out-missing-{uuid.uuid4().hex[:12]}")
+    items = metrics_events(events, seed=seed)
     produce(fault_broker.bootstrap, topics["in"], items)
-    service = _start(
+    service = start_streamed(
         tmp_path,
         fault_broker.bootstrap,
         group,
@@ -270,46 +107,6 @@ def _backlog_without_output_topic(
         **extra,
     )
     return topics, items, service
-
-
-def _stop(service: Child) -> int | None:
-    """SIGTERM and wait (the service drains and commits); SIGKILL only if that hangs. Never raises."""
-    try:
-        return service.stop(signal.SIGTERM, timeout_s=60)
-    except Exception:
-        if service.proc.poll() is None:
-            service.proc.kill()
-            service.proc.wait(timeout=30)
-        return None
-
-
-def _alive(service: Child) -> bool:
-    assert service.proc.poll() is None, f"service exited with {service.proc.returncode}:\n{_tail(service)}"
-    return True
-
-
-def _tail(service: Child, lines: int = 40) -> str:
-    return "\n".join(service.log().splitlines()[-lines:])
-
-
-def _hold(seconds: float, service: Child, also: Callable[[], None] | None = None) -> None:
-    """Keep a fault in place for ``seconds`` (the scenario's duration, not a wait for a condition),
-    checking twice a second that the service is still alive."""
-    deadline = time.monotonic() + seconds
-    while (left := deadline - time.monotonic()) > 0:
-        _alive(service)
-        if also is not None:
-            also()
-        time.sleep(min(0.5, left))
-
-
-def _check(report: VerifyReport, duplicates_bound: int) -> None:
-    print()
-    print(format_report(report))
-    print("summary:", report.summary())
-    assert report.total("inputs") > 0
-    assert report.total("lost") == 0, format_report(report)
-    assert report.total("duplicates") <= duplicates_bound, report.summary()
 
 
 def _rss_mib(pid: int) -> float:
@@ -348,19 +145,19 @@ def _outage(
     assert uncommitted >= 0, "the broker did not answer before the fault"
     t0 = time.monotonic()
     fault()
-    _hold(down_s, service, also)
+    hold(down_s, service, also)
     recover()
     t_up = time.monotonic()
-    wait_for(lambda: _alive(service) and probe.total(topics["out"]) >= 0, 60, "the broker answering")
+    wait_for(lambda: alive(service) and probe.total(topics["out"]) >= 0, 60, "the broker answering")
     at_restart = probe.total(topics["out"])
     wait_for(
-        lambda: _alive(service) and probe.total(topics["out"]) >= at_restart + FLOWING_AGAIN,
+        lambda: alive(service) and probe.total(topics["out"]) >= at_restart + FLOWING_AGAIN,
         RECOVERY_TIMEOUT_S,
         "results flowing again after the broker restart",
     )
     flowing_s = time.monotonic() - t_up
     wait_for(
-        lambda: _alive(service) and 0 <= probe.lag(topics["in"]) <= CAUGHT_UP_LAG,
+        lambda: alive(service) and 0 <= probe.lag(topics["in"]) <= CAUGHT_UP_LAG,
         RECOVERY_TIMEOUT_S,
         "commits caught up with the stream again",
     )
@@ -387,10 +184,12 @@ def test_broker_restart_sigterm_then_sigkill_mid_stream(
     The probes meanwhile: /healthz stays 200 throughout (the loop keeps coming round: a restart would not
     help), /readyz turns 503 once no broker has answered for BROKER_TIMEOUT_S, and 200 again after."""
     bootstrap = fault_broker.bootstrap
-    topics = _topics(fault_topic_factory)
-    stream = StreamProducer(bootstrap, topics["in"], _metrics(RESTART_MAX_EVENTS, seed=31), RESTART_RATE)
+    topics = stream_topics(fault_topic_factory)
+    stream = StreamProducer(
+        bootstrap, topics["in"], metrics_events(RESTART_MAX_EVENTS, seed=31), RESTART_RATE
+    )
     port = free_port()
-    service = _start(
+    service = start_streamed(
         tmp_path, bootstrap, group_id, topics, metrics__port=str(port), metrics__broker_timeout_s="3"
     )
     during: list[tuple[int, str]] = []
@@ -406,7 +205,7 @@ def test_broker_restart_sigterm_then_sigkill_mid_stream(
     faults: dict[str, dict[str, Any]] = {}
     try:
         wait_for(
-            lambda: _alive(service) and probe.committed_total(topics["in"]) >= FLOWING_AGAIN,
+            lambda: alive(service) and probe.committed_total(topics["in"]) >= FLOWING_AGAIN,
             FIRST_RESULTS_TIMEOUT_S,
             "first commits",
         )
@@ -417,13 +216,13 @@ def test_broker_restart_sigterm_then_sigkill_mid_stream(
         wait_for(lambda: http_get(port, "/readyz")[0] == 200, 30, "ready again after the broker came back")
         faults["SIGKILL"] = _outage(fault_broker.kill, fault_broker.start, service, probe, topics)
         produced = stream.finish()
-        wait_for(lambda: _alive(service) and probe.drained(topics["in"]), DRAIN_TIMEOUT_S, "all committed")
+        wait_for(lambda: alive(service) and probe.drained(topics["in"]), DRAIN_TIMEOUT_S, "all committed")
     finally:
         stream.cancel()
         fault_broker.start()  # idempotent; the next test needs a broker even if this one failed mid-fault
-        code = _stop(service)
+        code = stop_service(service)
         probe.close()
-    assert service.proc.pid == pid and code == 0, _tail(service)
+    assert service.proc.pid == pid and code == 0, tail(service)
     assert len(logs.events("started")) == 1, "the service started more than once"
     assert set(live) == {200}, live
     unready = [body for status, body in during if status == 503]
@@ -443,7 +242,7 @@ def test_broker_restart_sigterm_then_sigkill_mid_stream(
         f["uncommitted_at_fault"] + RESTART_RATE * (f["broker_away_s"] + f["flowing_again_after_s"] + 5)
         for f in faults.values()
     )
-    _check(report, int(bound))
+    check_report(report, int(bound))
 
 
 # -- 4. output back-pressure ---------------------------------------------------------------------------
@@ -485,13 +284,13 @@ def test_output_topic_missing_pauses_consumer_stays_in_group_then_drains(
     rss: list[float] = []
     members: list[int] = []
     try:
-        wait_for(lambda: _alive(service) and logs.events("consumer_paused"), 90, "consumer_paused")
+        wait_for(lambda: alive(service) and logs.events("consumer_paused"), 90, "consumer_paused")
         wait_for(
-            lambda: _alive(service) and logs.events("delivery_failed", topic=topics["out"]),
+            lambda: alive(service) and logs.events("delivery_failed", topic=topics["out"]),
             60,
             "delivery_failed for the missing output topic",
         )
-        _hold(
+        hold(
             PAUSED_HOLD_S,
             service,
             also=lambda: _sample_while_paused(service, fault_admin, group_id, rss, members),
@@ -508,14 +307,14 @@ def test_output_topic_missing_pauses_consumer_stays_in_group_then_drains(
         fault_admin.create([topics["out"]], PARTITIONS)
         created.append(topics["out"])
         t_created = time.monotonic()
-        wait_for(lambda: _alive(service) and logs.events("consumer_resumed"), 90, "consumer_resumed")
+        wait_for(lambda: alive(service) and logs.events("consumer_resumed"), 90, "consumer_resumed")
         resumed_after_s = time.monotonic() - t_created
-        wait_for(lambda: _alive(service) and probe.drained(topics["in"]), DRAIN_TIMEOUT_S, "all committed")
+        wait_for(lambda: alive(service) and probe.drained(topics["in"]), DRAIN_TIMEOUT_S, "all committed")
     finally:
-        code = _stop(service)
+        code = stop_service(service)
         probe.close()
     try:
-        assert code == 0, _tail(service)
+        assert code == 0, tail(service)
         report = verify({"bootstrap.servers": bootstrap}, topics["in"], topics["out"], topics["dlq"])
         print(
             f"\noutput topic missing: events={len(items)} paused_at_in_flight={paused_at} "
@@ -525,7 +324,7 @@ def test_output_topic_missing_pauses_consumer_stays_in_group_then_drains(
             f"pause_cycles={len(logs.events('consumer_paused'))}"
         )
         assert report.total("inputs") == len(items)
-        _check(report, 0)
+        check_report(report, 0)
         assert report.total("out_of_order") == 0, "results of a partition out of offset order after retries"
     finally:
         fault_admin.delete(created)  # best effort: made outside fault_topic_factory
@@ -540,27 +339,29 @@ def test_broker_frozen_mid_stream(tmp_path, fault_broker, fault_topic_factory, g
     Duplicates bound: what was not committed when the freeze began, plus the stream consumed until the
     group had settled again (RESTART_RATE x (freeze + time until results flowed + 5 s))."""
     bootstrap = fault_broker.bootstrap
-    topics = _topics(fault_topic_factory)
-    stream = StreamProducer(bootstrap, topics["in"], _metrics(RESTART_MAX_EVENTS, seed=42), RESTART_RATE)
-    service = _start(tmp_path, bootstrap, group_id, topics)
+    topics = stream_topics(fault_topic_factory)
+    stream = StreamProducer(
+        bootstrap, topics["in"], metrics_events(RESTART_MAX_EVENTS, seed=42), RESTART_RATE
+    )
+    service = start_streamed(tmp_path, bootstrap, group_id, topics)
     logs = LogWatch(service)
     probe = Probe(bootstrap, group_id)
     try:
         wait_for(
-            lambda: _alive(service) and probe.committed_total(topics["in"]) >= FLOWING_AGAIN,
+            lambda: alive(service) and probe.committed_total(topics["in"]) >= FLOWING_AGAIN,
             FIRST_RESULTS_TIMEOUT_S,
             "first commits",
         )
         measured = _outage(fault_broker.freeze, fault_broker.thaw, service, probe, topics, down_s=FREEZE_S)
         uncommitted, flowing_after_s = measured["uncommitted_at_fault"], measured["flowing_again_after_s"]
         produced = stream.finish()
-        wait_for(lambda: _alive(service) and probe.drained(topics["in"]), DRAIN_TIMEOUT_S, "all committed")
+        wait_for(lambda: alive(service) and probe.drained(topics["in"]), DRAIN_TIMEOUT_S, "all committed")
     finally:
         stream.cancel()
         fault_broker.thaw()  # harmless when not frozen; never leave it stopped
-        code = _stop(service)
+        code = stop_service(service)
         probe.close()
-    assert code == 0, _tail(service)
+    assert code == 0, tail(service)
     assert len(logs.events("started")) == 1, "the service started more than once"
     report = verify({"bootstrap.servers": bootstrap}, topics["in"], topics["out"], topics["dlq"])
     print(
@@ -570,7 +371,7 @@ def test_broker_frozen_mid_stream(tmp_path, fault_broker, fault_topic_factory, g
         f"partitions_revoked={len(logs.events('partitions_revoked'))}"
     )
     assert report.total("inputs") >= produced
-    _check(report, int(uncommitted + RESTART_RATE * (FREEZE_S + flowing_after_s + 5)))
+    check_report(report, int(uncommitted + RESTART_RATE * (FREEZE_S + flowing_after_s + 5)))
 
 
 @pytest.mark.timeout(300)
@@ -598,14 +399,14 @@ def test_paused_consumer_resumes_after_losing_its_partitions(
     created: list[str] = []
     frozen = False
     try:
-        wait_for(lambda: _alive(service) and logs.events("consumer_paused"), 90, "consumer_paused")
+        wait_for(lambda: alive(service) and logs.events("consumer_paused"), 90, "consumer_paused")
         fault_broker.freeze()
         frozen = True
-        _hold(FREEZE_S, service)
+        hold(FREEZE_S, service)
         fault_broker.thaw()
         frozen = False
         wait_for(
-            lambda: _alive(service) and len(logs.events("partitions_assigned")) >= 2,
+            lambda: alive(service) and len(logs.events("partitions_assigned")) >= 2,
             RECOVERY_TIMEOUT_S,
             "the partitions assigned again after the thaw",
         )
@@ -614,20 +415,20 @@ def test_paused_consumer_resumes_after_losing_its_partitions(
         fault_admin.create([topics["out"]], PARTITIONS)
         created.append(topics["out"])
         wait_for(
-            lambda: _alive(service) and probe.drained(topics["in"]),
+            lambda: alive(service) and probe.drained(topics["in"]),
             PAUSED_LOSS_DRAIN_TIMEOUT_S,
             "all committed after the output topic appeared",
         )
     finally:
         if frozen:
             fault_broker.thaw()
-        code = _stop(service)
+        code = stop_service(service)
         probe.close()
     try:
-        assert code == 0, _tail(service)
+        assert code == 0, tail(service)
         report = verify({"bootstrap.servers": bootstrap}, topics["in"], topics["out"], topics["dlq"])
         assert report.total("inputs") == len(items)
-        _check(report, len(items))
+        check_report(report, len(items))
     finally:
         fault_admin.delete(created)  # best effort: made outside fault_topic_factory
 
@@ -679,7 +480,7 @@ def _wait_dlq_retries(
         failed = logs.events("delivery_failed", topic=topics["dlq"])
         return any(r["attempt"] >= RETRIED_ATTEMPTS for r in failed)
 
-    wait_for(lambda: _alive(service) and retried(), 90, "dead letters retried with back-off")
+    wait_for(lambda: alive(service) and retried(), 90, "dead letters retried with back-off")
     failed = logs.events("delivery_failed", topic=topics["dlq"])
     assert {(r["source_partition"], r["source_offset"]) for r in failed} <= poison
     assert all(r["source_topic"] == topics["in"] and r["error"] and r["level"] == "error" for r in failed)
@@ -700,7 +501,7 @@ def test_dlq_missing_holds_commits_at_first_poison_then_drains(
 
     Duplicates bound: 0 (no crash, no rebalance; a failed delivery never reached the broker)."""
     bootstrap = fault_broker.bootstrap
-    topics = _topics(fault_topic_factory, dlq=f"dlq-missing-{uuid.uuid4().hex[:12]}")
+    topics = stream_topics(fault_topic_factory, dlq=f"dlq-missing-{uuid.uuid4().hex[:12]}")
     rows = _poison_layout()
     offsets = _produce_to_partitions(bootstrap, topics["in"], rows)
     poison_coords = {
@@ -710,18 +511,18 @@ def test_dlq_missing_holds_commits_at_first_poison_then_drains(
     # A fresh topic: offsets are the per-partition indexes.
     assert first_poison == {p: FIRST_POISON + 10 * p for p in range(PARTITIONS)}
     good = len(rows) - len(poison_coords)
-    service = _start(tmp_path, bootstrap, group_id, topics, kafka__producer_extra=PRODUCER_EXTRA)
+    service = start_streamed(tmp_path, bootstrap, group_id, topics, kafka__producer_extra=PRODUCER_EXTRA)
     logs = LogWatch(service)
     probe = Probe(bootstrap, group_id)
     created: list[str] = []
     try:
         wait_for(
-            lambda: _alive(service) and probe.total(topics["out"]) >= good,
+            lambda: alive(service) and probe.total(topics["out"]) >= good,
             FIRST_RESULTS_TIMEOUT_S,
             f"results for all {good} good events",
         )
         wait_for(
-            lambda: _alive(service) and probe.committed_or_none(topics["in"]) == first_poison,
+            lambda: alive(service) and probe.committed_or_none(topics["in"]) == first_poison,
             60,
             "commits up to (not past) the first poison message of each partition",
         )
@@ -737,14 +538,14 @@ def test_dlq_missing_holds_commits_at_first_poison_then_drains(
         fault_admin.create([topics["dlq"]], 1)
         created.append(topics["dlq"])
         wait_for(
-            lambda: _alive(service) and probe.drained(topics["in"]), DRAIN_TIMEOUT_S, "all inputs committed"
+            lambda: alive(service) and probe.drained(topics["in"]), DRAIN_TIMEOUT_S, "all inputs committed"
         )
         dead = read_topic(bootstrap, topics["dlq"], expected=len(poison_coords), timeout=60)
     finally:
-        code = _stop(service)
+        code = stop_service(service)
         probe.close()
     try:
-        assert code == 0, _tail(service)
+        assert code == 0, tail(service)
         by_source = {dlq_source_of(d): d for d in dead}
         assert set(by_source) == set(poison_coords)
         for coord, record in by_source.items():
@@ -759,6 +560,6 @@ def test_dlq_missing_holds_commits_at_first_poison_then_drains(
         )
         assert report.total("inputs") == len(rows)
         assert report.total("dead_letters") >= len(poison_coords)
-        _check(report, 0)
+        check_report(report, 0)
     finally:
         fault_admin.delete(created)  # best effort: made outside fault_topic_factory

@@ -29,21 +29,20 @@ from confluent_kafka import KafkaException
 from service.tools.processes import Child
 from service.tools.topics import TopicAdmin
 from service.tools.verify import verify
-from tests.chaos.test_broker_faults import (
+from tests.support.broker import Cluster, FaultBroker, MakeTopic
+from tests.support.harness import metrics_events, wait_for
+from tests.support.streams import (
     LogWatch,
     Probe,
     StreamProducer,
-    _alive,
-    _check,
-    _hold,
-    _metrics,
-    _start,
-    _stop,
-    _tail,
-    _topics,
+    alive,
+    check_report,
+    hold,
+    start_streamed,
+    stop_service,
+    stream_topics,
+    tail,
 )
-from tests.support.broker import Cluster, FaultBroker, MakeTopic
-from tests.support.harness import wait_for
 
 T = TypeVar("T")
 
@@ -127,7 +126,7 @@ class Watch:
         """Seconds from the start of the watch until ``done``. Raises AssertionError after ``timeout_s``,
         or if the service died meanwhile."""
         try:
-            wait_for(lambda: _alive(service) and self.after_s is not None, timeout_s, what)
+            wait_for(lambda: alive(service) and self.after_s is not None, timeout_s, what)
         finally:
             self.cancel()
         assert self.after_s is not None
@@ -210,7 +209,7 @@ class Run:
         )
         act(self.cluster.nodes[node])
         fault.act_s = round(time.monotonic() - fault.at, 1)
-        _hold(hold_s - (time.monotonic() - fault.at), self.service)
+        hold(hold_s - (time.monotonic() - fault.at), self.service)
         return fault
 
     def moved(self, fault: Fault) -> float:
@@ -250,17 +249,19 @@ def _scenario(
     """A service on a stream of RATE events/s; ``faults`` once it commits; then the stream stops and
     everything must be answered: nothing lost, duplicates within :func:`_bound`."""
     cluster.wait_healed(HEAL_TIMEOUT_S)
-    topics = _topics(topic_factory)
+    topics = stream_topics(topic_factory)
     bootstrap = cluster.bootstrap
-    stream = StreamProducer(bootstrap, topics["in"], _metrics(MAX_EVENTS, seed=seed), RATE)
-    service = _start(tmp_path, bootstrap, group, topics, kafka__session_timeout_ms=str(SESSION_TIMEOUT_MS))
+    stream = StreamProducer(bootstrap, topics["in"], metrics_events(MAX_EVENTS, seed=seed), RATE)
+    service = start_streamed(
+        tmp_path, bootstrap, group, topics, kafka__session_timeout_ms=str(SESSION_TIMEOUT_MS)
+    )
     logs = LogWatch(service)
     t0 = time.monotonic()
     healed = False
     try:
         wait_for(
             lambda: (
-                _alive(service)
+                alive(service)
                 and (_fresh(bootstrap, group, lambda probe: probe.committed_total(topics["in"])) or 0)
                 >= FIRST_COMMITS
             ),
@@ -272,7 +273,7 @@ def _scenario(
         healed = True  # each fault ends with the struck node back in every ISR
         produced = stream.finish()
         wait_for(
-            lambda: _alive(service) and _fresh(bootstrap, group, lambda probe: probe.drained(topics["in"])),
+            lambda: alive(service) and _fresh(bootstrap, group, lambda probe: probe.drained(topics["in"])),
             DRAIN_TIMEOUT_S,
             "all committed",
         )
@@ -280,8 +281,8 @@ def _scenario(
         stream.cancel()
         if not healed:
             cluster.restore()  # never leave a node frozen or down for the next test
-        code = _stop(service)
-    assert code == 0, _tail(service)
+        code = stop_service(service)
+    assert code == 0, tail(service)
     assert len(logs.events("started")) == 1, "the service started more than once"
     report = verify({"bootstrap.servers": bootstrap}, topics["in"], topics["out"], topics["dlq"])
     print(
@@ -293,7 +294,7 @@ def _scenario(
     )
     # The test's own producer is not idempotent: a retry across a leader change may write an input twice.
     assert report.total("inputs") >= produced
-    _check(report, _bound(measured))
+    check_report(report, _bound(measured))
 
 
 # -- the faults ----------------------------------------------------------------------------------------

@@ -81,14 +81,7 @@ def _serve_all(tmp_path, secured: Secured, topics, group_id, principal: str, set
     verbose = {"log__level": "debug", "kafka__extra": '{"debug": "all"}', "metrics__port": str(port)}
     service = _start(tmp_path, topics, group_id, verbose | settings)
     try:
-        outputs = read_topic(secured.admin, topics["out"], expected=EVENTS)
-        assert counts([source_of(o) for o in outputs]) == counts(coords)
-        ends = end_offsets(secured.admin, topics["in"], SERVICE_PARTITIONS)
-        wait_for(
-            lambda: committed(secured.admin, group_id, topics["in"], SERVICE_PARTITIONS) == ends,
-            30,
-            "every offset committed",
-        )
+        _all_answered_and_committed(secured, topics, group_id, coords)
         metrics = http_get(port, "/metrics")[1]
     finally:
         code = service.stop()
@@ -96,6 +89,18 @@ def _serve_all(tmp_path, secured: Secured, topics, group_id, principal: str, set
     assert code == 0, log[-3000:]
     assert "microbatch_outputs_acknowledged_total" in metrics and "[thrd:" in log  # both were read
     return log + metrics
+
+
+def _all_answered_and_committed(secured: Secured, topics, group_id, coords) -> None:
+    """Every input at ``coords`` has exactly one result, and every input offset is committed."""
+    outputs = read_topic(secured.admin, topics["out"], expected=len(coords))
+    assert counts([source_of(o) for o in outputs]) == counts(coords)
+    ends = end_offsets(secured.admin, topics["in"], SERVICE_PARTITIONS)
+    wait_for(
+        lambda: committed(secured.admin, group_id, topics["in"], SERVICE_PARTITIONS) == ends,
+        30,
+        "every offset committed",
+    )
 
 
 def _start(tmp_path, topics, group_id, settings: dict[str, str]):
@@ -262,14 +267,7 @@ def test_permissions_refused_while_running_are_named_fail_readiness_and_granting
         nothing = committed(secured.admin, group_id, topics["in"], SERVICE_PARTITIONS)
         failures = scrape(port)
         grant(secured.admin, principal, write=[topics["out"]])
-        outputs = read_topic(secured.admin, topics["out"], expected=EVENTS)
-        assert counts([source_of(o) for o in outputs]) == counts(coords)
-        ends = end_offsets(secured.admin, topics["in"], SERVICE_PARTITIONS)
-        wait_for(
-            lambda: committed(secured.admin, group_id, topics["in"], SERVICE_PARTITIONS) == ends,
-            30,
-            "every offset committed",
-        )
+        _all_answered_and_committed(secured, topics, group_id, coords)
         wait_for(lambda: http_get(port, "/readyz") == (200, "ok\n"), 30, "/readyz ok again")
     finally:
         code = service.stop()
