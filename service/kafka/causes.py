@@ -21,7 +21,7 @@ _TOKEN_REFUSED = re.compile(r'Failed to retrieve OIDC token from "[^"]*": .* \((
 _NOT_A_TOKEN = (
     "response is not json encoded",
     'expected json response with "access_token"',
-    "failed to decode",
+    "failed to decode jwt",
 )
 
 

@@ -74,9 +74,10 @@ class Health:
         down = self.brokers_down_since
         if down is not None and self.clock() - down > self.broker_timeout_s:
             return False, f"no broker reachable for {self.clock() - down:.0f}s"
+        now = self.clock()
         for permission, since in self.refused.items():
-            if self.clock() - since > self.broker_timeout_s:
-                return False, f"not authorised: {permission} refused for {self.clock() - since:.0f}s"
+            if now - since > self.broker_timeout_s:
+                return False, f"not authorised: {permission} refused for {now - since:.0f}s"
         live, why = self.live()
         if not live:
             return False, why

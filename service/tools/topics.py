@@ -44,11 +44,13 @@ class TopicAdmin:
         *,
         config: Mapping[str, str] | None = None,
         ready_timeout_s: float = READY_TIMEOUT_S,
+        replication_factor: int = 1,
     ) -> None:
-        """Create ``names`` (replication factor 1) and wait until every partition of each has a leader:
-        a consumer started right after would otherwise find the topic missing or leaderless."""
+        """Create ``names`` (``replication_factor`` replicas of each partition, placed by the cluster) and
+        wait until every partition of each has a leader: a consumer started right after would otherwise
+        find the topic missing or leaderless."""
         names = list(names)
-        new = [NewTopic(n, partitions, 1, config=dict(config or {})) for n in names]
+        new = [NewTopic(n, partitions, replication_factor, config=dict(config or {})) for n in names]
         futures = self.client.create_topics(new, operation_timeout=30, request_timeout=_REQUEST_TIMEOUT_S)
         for future in futures.values():
             future.result(timeout=60)

@@ -15,7 +15,14 @@ from collections.abc import Iterator
 import pytest
 
 from service.tools.topics import TopicAdmin
-from tests.support.broker import REPO_ROOT, Cluster, FaultBroker, MakeTopic, cluster_sh, make_topic_factory
+from tests.support.broker import (
+    REPO_ROOT,
+    Cluster,
+    FaultBroker,
+    MakeTopic,
+    checked_kafka_sh,
+    make_topic_factory,
+)
 
 FAULT_PORT = int(os.environ.get("KAFKA_FAULT_PORT", "19192"))
 # The cluster's nodes listen on CLUSTER_PORT+2(i-1) (PLAINTEXT) and the port above it (CONTROLLER).
@@ -71,17 +78,17 @@ def kafka_cluster() -> Iterator[Cluster]:
         "KAFKA_AUTO_CREATE": "false",
         "KAFKA_START_TIMEOUT": "120",  # three JVMs starting at once on a small, busy machine
     }
-    cluster_sh("reset", env)  # fresh data: earlier runs' topics and groups must not leak in
+    checked_kafka_sh("reset", env)  # fresh data: earlier runs' topics and groups must not leak in
     try:
         cluster = Cluster.up(env, state_dir)
     except BaseException:
-        cluster_sh("down", env)
+        checked_kafka_sh("down", env)
         raise
     try:
         yield cluster
     finally:
         cluster.thaw_all()
-        cluster_sh("down", env)
+        checked_kafka_sh("down", env)
 
 
 @pytest.fixture

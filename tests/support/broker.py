@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import ClusterMetadata, NewTopic
+from confluent_kafka.admin import ClusterMetadata
 
 from service.tools.topics import TopicAdmin
 
@@ -42,6 +42,15 @@ def kafka_sh(
     )
 
 
+def checked_kafka_sh(command: str, env: dict[str, str], timeout: float = KAFKA_UP_TIMEOUT_S) -> str:
+    """Like :func:`kafka_sh`; returns its standard output, raises RuntimeError with its messages if it
+    failed."""
+    done = kafka_sh(command, env, timeout)
+    if done.returncode != 0:
+        raise RuntimeError(f"kafka.sh {command} failed: {done.stderr}{done.stdout}")
+    return done.stdout
+
+
 MakeTopic = Callable[..., str]
 
 
@@ -53,10 +62,7 @@ def make_topic_factory(admin: TopicAdmin, *, replication_factor: int = 1) -> Ite
 
     def make_topic(partitions: int = 1, prefix: str = "t", *, config: dict[str, str] | None = None) -> str:
         name = f"{prefix}-{uuid.uuid4().hex[:12]}"
-        if replication_factor == 1:
-            admin.create([name], partitions, config=config)
-        else:
-            create_replicated(admin, name, partitions, replication_factor, config)
+        admin.create([name], partitions, config=config, replication_factor=replication_factor)
         created.append(name)
         return name
 
@@ -79,9 +85,7 @@ class FaultBroker:
         return int((self.state_dir / "kafka.pid").read_text().strip())
 
     def sh(self, command: str, timeout: float = KAFKA_UP_TIMEOUT_S) -> None:
-        done = kafka_sh(command, self.env, timeout)
-        if done.returncode != 0:
-            raise RuntimeError(f"kafka.sh {command} failed: {done.stderr}{done.stdout}")
+        checked_kafka_sh(command, self.env, timeout)
 
     def start(self) -> None:
         self.sh("up")
@@ -111,26 +115,6 @@ class FaultBroker:
         os.kill(self.pid, signal.SIGCONT)
 
 
-def create_replicated(
-    admin: TopicAdmin, name: str, partitions: int, replication_factor: int, config: dict[str, str] | None
-) -> None:
-    """Create ``name`` with ``replication_factor`` replicas per partition, placed by the cluster, and wait
-    until every partition has a leader."""
-    topic = NewTopic(name, partitions, replication_factor, config=dict(config or {}))
-    for future in admin.client.create_topics([topic], operation_timeout=30, request_timeout=30).values():
-        future.result(timeout=60)
-    admin.wait_ready(name, partitions)
-
-
-def cluster_sh(command: str, env: dict[str, str], timeout: float = KAFKA_UP_TIMEOUT_S) -> str:
-    """``kafka.sh <command>`` on every node of the cluster that ``env`` describes (``KAFKA_BROKERS``), at
-    once; returns its standard output. Raises RuntimeError with the script's messages if it failed."""
-    done = kafka_sh(command, env, timeout)
-    if done.returncode != 0:
-        raise RuntimeError(f"kafka.sh {command} (cluster) failed: {done.stderr}{done.stdout}")
-    return done.stdout
-
-
 # A node thawed after a freeze may answer Metadata from its stale cache for a moment: "healed" must be
 # seen this many times in a row (each time by a new client, from whichever node it reached first).
 HEALED_POLLS = 3
@@ -151,7 +135,7 @@ class Cluster:
     @classmethod
     def up(cls, env: dict[str, str], state_dir: Path) -> Cluster:
         """Start every node (``kafka.sh up``, idempotent) and return once each one answers."""
-        bootstrap = cluster_sh("up", env).split()[-1]
+        bootstrap = checked_kafka_sh("up", env).split()[-1]
         nodes = {
             i: FaultBroker(address, env | {"KAFKA_NODE": str(i)}, state_dir / f"node-{i}")
             for i, address in enumerate(bootstrap.split(","), start=1)
@@ -167,7 +151,7 @@ class Cluster:
     def restore(self) -> None:
         """Thaw every node and start any that is down: after a test, whatever it left behind."""
         self.thaw_all()
-        cluster_sh("up", self.env)
+        checked_kafka_sh("up", self.env)
 
     def _metadata(self, topic: str | None = None) -> ClusterMetadata:
         """Metadata asked by a new client: a long-lived one may keep asking a node that is gone or frozen.
