@@ -19,6 +19,7 @@ from confluent_kafka import KafkaException
 from service.assemble import Assembler, rules_for
 from service.config import AssembleSettings, KafkaSettings, Settings, check_run_settings, redact
 from service.engine import RowPlan, blamed_setting, load_model, model_setting, warm_up
+from service.engine.drain import drain_ceiling
 from service.engine.samples import check_at_start
 from service.errors import EXIT_OK, ConfigError, NotAuthorizedError, UnknownTopicError
 from service.flow.assembly import Assembly
@@ -65,13 +66,19 @@ def build_pipeline(
     wall_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
     executor: ExecutorLike | None = None,
     rows: RowPlan | None = None,
+    drain_max: int | None = None,
 ) -> Pipeline:
     """The loop and its parts, wired from ``settings``; with ``rows``, items are rows assembled from the
-    input's data points."""
+    input's data points. ``drain_max`` is the drain ceiling (``service.engine.drain``; default
+    ``BATCH__DRAIN_MAX_SIZE``, and without it no drain regime)."""
     batch = settings.batch
     controller: BatchSizeController | FixedBatchSize = (
         BatchSizeController(
-            batch.min_size, batch.max_size, batch.latency_slo_ms / 1000, batch.max_wait_ms / 1000
+            batch.min_size,
+            batch.max_size,
+            batch.latency_slo_ms / 1000,
+            batch.max_wait_ms / 1000,
+            drain_max=drain_max or batch.drain_max_size,
         )
         if batch.adaptive
         else FixedBatchSize(batch.max_size)
@@ -178,6 +185,13 @@ def run_service(settings: Settings) -> int:
         metrics.model_loaded(model.ref.name, model.ref.version, model.ref.provider)
         sizes = {1, settings.batch.min_size, settings.batch.max_size}
         warm_up(model, sizes, blamed_setting(settings.model), model_setting(settings.model))
+        drain = drain_ceiling(model, settings.batch)
+        _log.info(
+            "batch_sizes",
+            min_size=settings.batch.min_size,
+            max_size=settings.batch.max_size,
+            **drain.describe(),
+        )
         check_at_start(settings, model)
         health.warmed_up = True
         if not check_topics(source, settings, stopping.is_set):
@@ -185,7 +199,15 @@ def run_service(settings: Settings) -> int:
             return EXIT_OK
         telemetry = Telemetry(metrics, health, settings.log.stats_interval_s)
         pipeline = build_pipeline(
-            settings, source, sink, model.engine, model.processor, model.ref, telemetry, rows=model.rows
+            settings,
+            source,
+            sink,
+            model.engine,
+            model.processor,
+            model.ref,
+            telemetry,
+            rows=model.rows,
+            drain_max=drain.size,
         )
         if stopping.is_set():  # a signal between the check and the assignment above
             pipeline.stop()

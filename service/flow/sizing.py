@@ -1,4 +1,5 @@
-"""The adaptive batch size: AIMD within [min_size, max_size], driven by service time, load and backlog.
+"""The adaptive batch size: AIMD within [min_size, max_size], driven by service time, load and backlog,
+and a drain regime up to ``drain_max`` while a backlog is late.
 
 Pure (no I/O; :class:`Sizing` takes an injected clock): the loop reports every finished batch and reads back
 the target. The rules, applied per batch, in order:
@@ -17,6 +18,16 @@ the target. The rules, applied per batch, in order:
 "Busy" is the share of wall time spent serving batches (a moving average the caller measures). Under
 steady load the target settles where batches keep up with room to spare (it oscillates by one around
 that size, as AIMD does); a burst grows it one step per batch, up to ``max_size``; a slow batch halves it.
+
+**The drain regime** (between rules 1 and 2). A backlog larger than what the loop clears within the
+latency SLO at its current rate (``backlog > rate x slo``, ``rate`` the items per second it served lately)
+means its events are late already: latency is lost, and only throughput can win it back. That is the
+offline regime, so the target grows past ``max_size``, doubling per batch, up to ``drain_max`` (the
+model's throughput knee, capped by memory: see ``service/engine/drain.py``). It stays there while at least
+a batch is waiting, and drops back to ``max_size`` (from which rules 2 and 3 go on) at the first batch
+that finds less than one target's worth waiting. A drain batch over budget halves the target and lowers
+the drain's ceiling to the halved size until the drain ends, so the drain never re-grows into sizes the
+SLO cannot afford.
 """
 
 from __future__ import annotations
@@ -31,7 +42,7 @@ class Decision:
     """What one observation did: the new target and the rule that set it (for logs and tests)."""
 
     target: int
-    rule: str  # "over_budget" | "backlog" | "busy" | "idle" | "steady" | "fixed"
+    rule: str  # "over_budget" | "drain" | "drained" | "backlog" | "busy" | "idle" | "steady" | "fixed"
 
 
 class BatchSizeController:
@@ -46,23 +57,42 @@ class BatchSizeController:
         start: int | None = None,
         busy_low: float = 0.5,
         busy_high: float = 0.7,
+        drain_max: int | None = None,
     ) -> None:
         if not 1 <= min_size <= max_size:
             raise ValueError(f"need 1 <= min_size ({min_size}) <= max_size ({max_size})")
         if slo_s <= max_wait_s:
             raise ValueError(f"the latency SLO ({slo_s}s) must exceed the batch window ({max_wait_s}s)")
+        if drain_max is not None and drain_max < max_size:
+            raise ValueError(f"need drain_max ({drain_max}) >= max_size ({max_size})")
         self.min_size = min_size
         self.max_size = max_size
+        self.drain_max = drain_max or max_size
+        self.slo_s = slo_s
         self.budget_s = (slo_s - max_wait_s) / 2
         self.target = min(max(start if start is not None else min_size, min_size), max_size)
         self.busy_low, self.busy_high = busy_low, busy_high
+        self.draining = False
+        self._ceiling = self.drain_max  # lowered by a drain batch over budget, until the drain ends
 
-    def observe(self, size: int, service_s: float, backlog: int, busy: float = 0.0) -> Decision:
+    def observe(
+        self, size: int, service_s: float, backlog: int, busy: float = 0.0, rate: float = 0.0
+    ) -> Decision:
         """Fold in one finished batch of ``size`` items that took ``service_s`` seconds, with ``backlog``
-        messages waiting behind it and the loop ``busy`` (0..1) of the time; return the new target."""
+        messages waiting behind it, the loop ``busy`` (0..1) of the time and serving ``rate`` items per
+        second lately (0: not known yet); return the new target."""
         if service_s > self.budget_s:
             self.target = max(self.min_size, math.floor(self.target / 2))
+            if self.draining:
+                self._ceiling = self.target
             return Decision(self.target, "over_budget")
+        if self.draining:
+            if backlog < self.target:
+                return self._drained()
+            return self._drain()
+        if self.drain_max > self.max_size and rate > 0 and backlog > rate * self.slo_s:
+            self.draining = True
+            return self._drain()
         if size >= self.target and backlog >= self.target:
             return self._grow("backlog")
         if busy > self.busy_high:
@@ -72,6 +102,16 @@ class BatchSizeController:
                 self.target -= 1
             return Decision(self.target, "idle")
         return Decision(self.target, "steady")
+
+    def _drain(self) -> Decision:
+        self.target = min(self._ceiling, max(self.target * 2, self.max_size))
+        return Decision(self.target, "drain")
+
+    def _drained(self) -> Decision:
+        self.draining = False
+        self._ceiling = self.drain_max
+        self.target = min(self.target, self.max_size)
+        return Decision(self.target, "drained")
 
     def _grow(self, rule: str) -> Decision:
         if self.target < self.max_size:
@@ -85,32 +125,42 @@ class FixedBatchSize:
     def __init__(self, max_size: int) -> None:
         self.target = max_size
 
-    def observe(self, size: int, service_s: float, backlog: int, busy: float = 0.0) -> Decision:
+    def observe(
+        self, size: int, service_s: float, backlog: int, busy: float = 0.0, rate: float = 0.0
+    ) -> Decision:
         return Decision(self.target, "fixed")
 
 
 class BusyShare:
-    """The share of wall time spent serving batches: a moving average of each batch's service time over
-    the time since the previous batch finished (capped at 1). Pure: the caller passes the clock reading."""
+    """How busy the loop is and how fast it serves, from the batches it finishes: the share of wall time
+    spent serving them (a moving average of each batch's service time over the time since the previous
+    batch finished, capped at 1) and the items per second served (a moving average too; 0 until two
+    batches finished). Pure: the caller passes the clock reading."""
 
     def __init__(self, weight: float = 0.2) -> None:
         self.share = 0.0
+        self.rate = 0.0
         self._last: float | None = None
         self._weight = weight
 
-    def observe(self, service_s: float, now: float) -> float:
-        """Fold in a batch that finished at ``now`` after ``service_s`` seconds of work; return the share."""
+    def observe(self, service_s: float, now: float, size: int = 0) -> float:
+        """Fold in a batch of ``size`` items that finished at ``now`` after ``service_s`` seconds of work;
+        return the share."""
         if self._last is not None:
             interval = now - self._last
             sample = 1.0 if interval <= service_s else service_s / interval
             self.share += self._weight * (sample - self.share)
+            # Batches finished in the same loop round are apart by nothing: their own service time bounds
+            # the rate instead, so one such pair cannot claim an unbounded rate.
+            served = size / max(interval, service_s, 1e-4)
+            self.rate = served if not self.rate else self.rate + self._weight * (served - self.rate)
         self._last = now
         return self.share
 
 
 class Sizing:
     """The target batch size after every batch: ``controller`` fed with the batch's service time, the
-    backlog and how busy the loop is (:class:`BusyShare`, measured here on ``clock``)."""
+    backlog, how busy the loop is and how fast it serves (:class:`BusyShare`, measured here on ``clock``)."""
 
     def __init__(self, controller: BatchSizeController | FixedBatchSize, clock: Callable[[], float]) -> None:
         self._controller = controller
@@ -120,5 +170,5 @@ class Sizing:
     def observe(self, size: int, service_s: float, backlog: int) -> int:
         """Fold in a batch of ``size`` items that took ``service_s`` seconds with ``backlog`` messages
         waiting; return the new target."""
-        busy = self._busy.observe(service_s, self._clock())
-        return self._controller.observe(size, service_s, backlog, busy).target
+        busy = self._busy.observe(service_s, self._clock(), size)
+        return self._controller.observe(size, service_s, backlog, busy, self._busy.rate).target

@@ -115,6 +115,9 @@ class TopicAdmin:
                 future.result(timeout=60)
 
 
+_NOT_LOADED_YET = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE}
+
+
 class Watermarks:
     """Partition end offsets, asked of the leaders (no records read). ``client_conf`` holds the connection
     options; :meth:`close` when done."""
@@ -126,8 +129,22 @@ class Watermarks:
     def watermarks(self, topic: str, partitions: int) -> dict[int, tuple[int, int]]:
         """``{partition: (low, high)}``: the offset of the first record still held, and the offset the
         next record will get."""
-        get = self._consumer.get_watermark_offsets
-        return {p: get(TopicPartition(topic, p), timeout=10) for p in range(partitions)}
+        return {p: self._watermark(TopicPartition(topic, p)) for p in range(partitions)}
+
+    def _watermark(self, part: TopicPartition, timeout_s: float = 10.0) -> tuple[int, int]:
+        # A partition just created can have a leader in the metadata before that broker has loaded it,
+        # and answers NOT_LEADER for a moment (librdkafka does not flag it retriable): retried until
+        # ``timeout_s``.
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                return self._consumer.get_watermark_offsets(part, timeout=timeout_s)
+            except KafkaException as exc:
+                error = exc.args[0]
+                passing = error.retriable() or error.code() in _NOT_LOADED_YET
+                if not passing or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
 
     def end_offsets(self, topic: str, partitions: int) -> dict[int, int]:
         """``{partition: offset}``: the offset the next record of each partition will get."""

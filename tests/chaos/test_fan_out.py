@@ -15,7 +15,9 @@ from tests.support.fleet import drain, fleet, kill_while_answering
 from tests.support.harness import end_offsets, produce
 
 PARTITIONS = 3
-REQUESTS = 360
+# About 20,000 answers: four kills wait for up to 4,800 answers, and each may re-deliver up to MAX_IN_FLIGHT
+# items as duplicates (which count as answers too), so the backlog must outlast 12,800 of them.
+REQUESTS = 720
 MAX_RECORDS = 60  # records per request: 0..MAX_RECORDS, so one request spans several batches
 INSTANCES = 2
 KILLS = 4

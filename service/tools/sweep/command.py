@@ -5,7 +5,7 @@ For each batch size, in increasing order, one untimed warm-up batch, then timed 
 has one) + preprocess + ``Engine.run`` + postprocess, i.e. what the service spends per batch apart from
 parsing, Kafka and the batch window. The sweep stops early when a size runs out of memory (earlier sizes
 are kept) or when a size's p99 exceeds ``--slo-ms``. The rules that judge the numbers live in
-:mod:`service.tools.sweep.knee`; this module measures and reports.
+:mod:`service.engine.knee`; this module measures and reports.
 
 Writes ``sweep-<model>.json`` (machine, settings, every row, the recommendation) and ``sweep-<model>.png``
 into ``--out``. Exit code 0 with a recommendation, 1 without one (nothing meets the SLO, out of memory at
@@ -24,10 +24,10 @@ from pydantic import ValidationError
 
 from service.config import BatchSettings, KafkaSettings, ModelSettings, Settings
 from service.engine import Model, load_model
+from service.engine.memory import DeviceMemory
 from service.errors import ConfigError, UsageError
 from service.models.reference import reference_names
 from service.tools.sweep.measure import MIN_BATCHES, input_pool, processor_kind, sweep_sizes
-from service.tools.sweep.memory import DeviceMemory
 from service.tools.sweep.report import build_report, file_safe, format_report, write_json
 
 DEFAULT_SIZES = "1,2,4,8,16,32,64,128,256,512"

@@ -16,12 +16,11 @@ import numpy as np
 import structlog
 
 from service.config import Settings
-from service.engine import Engine
+from service.engine import Engine, knee
+from service.engine.knee import Point
 from service.errors import InvalidMessage
 from service.processors import prepare
 from service.tools.generate import EventGenerator
-from service.tools.sweep import knee
-from service.tools.sweep.knee import Point
 
 MIN_BATCHES = 5
 """Timed batches per size however long they take, so a percentile is never read off one sample."""

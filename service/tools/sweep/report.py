@@ -14,11 +14,11 @@ import numpy
 import onnxruntime
 
 from service.config import BatchSettings
+from service.engine import knee
+from service.engine.knee import Point
+from service.engine.memory import DeviceMemory
 from service.tools.bench.machine import cpu_model
-from service.tools.sweep import knee
-from service.tools.sweep.knee import Point
 from service.tools.sweep.measure import point
-from service.tools.sweep.memory import DeviceMemory
 
 
 def build_report(*, model, engine, memory, rows: list[dict], stop: dict, settings: dict) -> dict:

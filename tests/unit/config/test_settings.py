@@ -453,3 +453,11 @@ def test_an_empty_text_field_points_at_the_text_format(monkeypatch):
         load_settings()
     assert err.value.setting == "MICROBATCH_MODEL__TEXT_FIELD"
     assert "MICROBATCH_INPUT__FORMAT=text" in str(err.value)
+
+
+def test_a_drain_ceiling_below_max_size_is_refused_naming_it(monkeypatch):
+    monkeypatch.setenv("MICROBATCH_BATCH__DRAIN_MAX_SIZE", "8")
+    with pytest.raises(ConfigError) as err:
+        load_settings()
+    assert err.value.setting == "MICROBATCH_BATCH__DRAIN_MAX_SIZE"
+    assert "MICROBATCH_BATCH__MAX_SIZE" in str(err.value)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from service.flow.sizing import BatchSizeController, BusyShare, FixedBatchSize
+from service.flow.sizing import BatchSizeController, BusyShare, FixedBatchSize, Sizing
 
 SLO, WAIT = 0.25, 0.05  # budget per batch = (0.25 - 0.05) / 2 = 0.1 s
 FAST, SLOW = 0.01, 0.2
@@ -120,3 +120,102 @@ def test_busy_share_is_smoothed():
     assert readings[0] == pytest.approx(0.25)
     assert readings == sorted(readings)
     assert readings[-1] == pytest.approx(0.5, abs=0.02)
+
+
+# -- the drain regime ------------------------------------------------------------------------------------
+
+
+def draining(drain_max: int = 256, start: int = 16) -> BatchSizeController:
+    return BatchSizeController(4, 16, SLO, WAIT, start, drain_max=drain_max)
+
+
+def test_a_late_backlog_doubles_the_target_past_max_size_up_to_the_drain_ceiling():
+    sizer = draining()
+    # 10,000 items/s clear 2,500 within the 0.25 s SLO; 100,000 waiting are late.
+    targets = [sizer.observe(sizer.target, FAST, backlog=100_000, rate=10_000).target for _ in range(6)]
+    assert targets == [32, 64, 128, 256, 256, 256]
+    assert sizer.draining
+
+
+def test_a_backlog_the_slo_can_absorb_is_no_drain():
+    sizer = draining()
+    decision = sizer.observe(16, FAST, backlog=2_000, rate=10_000)  # 2,000 < 10,000 x 0.25
+    assert decision.rule == "backlog"
+    assert decision.target == 16
+    assert not sizer.draining
+
+
+def test_no_drain_before_the_rate_is_known_or_without_a_ceiling_above_max_size():
+    assert draining().observe(16, FAST, backlog=100_000, rate=0.0).rule == "backlog"
+    assert draining(drain_max=16).observe(16, FAST, backlog=100_000, rate=10_000).target == 16
+
+
+def test_the_drain_ends_at_the_first_batch_with_less_than_a_target_waiting():
+    sizer = draining()
+    for _ in range(4):
+        sizer.observe(sizer.target, FAST, backlog=100_000, rate=10_000)
+    assert sizer.target == 256
+    # Still a batch's worth waiting, even though it is below what the SLO absorbs: keep draining.
+    assert sizer.observe(256, FAST, backlog=300, rate=50_000).rule == "drain"
+    decision = sizer.observe(256, FAST, backlog=100, rate=50_000)
+    assert (decision.rule, decision.target) == ("drained", 16)
+    assert not sizer.draining
+    # Back in the streaming regime: the usual rules go on from max_size.
+    assert sizer.observe(5, FAST, backlog=0, busy=0.1).target == 15
+
+
+def test_a_drain_batch_over_budget_halves_and_caps_the_drain_until_it_ends():
+    sizer = draining()
+    for _ in range(4):
+        sizer.observe(sizer.target, FAST, backlog=100_000, rate=10_000)
+    assert sizer.observe(256, SLOW, backlog=100_000, rate=10_000).target == 128
+    assert [sizer.observe(128, FAST, backlog=100_000, rate=10_000).target for _ in range(3)] == [128] * 3
+    sizer.observe(128, FAST, backlog=0, rate=10_000)  # drained: the cap goes with it
+    targets = [sizer.observe(sizer.target, FAST, backlog=100_000, rate=10_000).target for _ in range(5)]
+    assert targets[-1] == 256
+
+
+def test_a_fixed_size_never_drains():
+    assert FixedBatchSize(16).observe(16, FAST, backlog=100_000, rate=10_000).target == 16
+
+
+def test_drain_ceiling_below_max_size_is_refused():
+    with pytest.raises(ValueError, match="drain_max"):
+        BatchSizeController(4, 16, SLO, WAIT, drain_max=8)
+
+
+def test_busy_share_measures_the_rate_served():
+    share = BusyShare(weight=1.0)
+    share.observe(0.001, now=10.0, size=16)
+    assert share.rate == 0.0  # one batch: no interval yet
+    share.observe(0.001, now=10.01, size=16)
+    assert share.rate == pytest.approx(1_600)
+    share.observe(0.002, now=10.01, size=16)  # finished in the same round: its service time bounds it
+    assert share.rate == pytest.approx(8_000)
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_sizing_enters_and_leaves_the_drain_on_a_fake_clock():
+    """Both transitions through the part the loop uses: a backlog of 50,000 served at 16 per millisecond
+    (16,000/s clears 4,000 within the SLO) grows the target to the ceiling; once it is gone, the target is
+    back within the streaming sizes at once."""
+    clock = FakeClock()
+    sizing = Sizing(draining(drain_max=128), clock)
+    backlog, targets = 50_000, []
+    target = 16
+    while backlog > 0:
+        size = min(target, backlog)
+        backlog -= size
+        clock.now += 0.001 * size / 16
+        target = sizing.observe(size, 0.0005, backlog)
+        targets.append(target)
+    assert max(targets) == 128
+    assert targets[:4] == [16, 32, 64, 128] or targets[1:5] == [32, 64, 128, 128]
+    assert targets[-1] <= 16

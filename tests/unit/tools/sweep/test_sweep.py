@@ -14,9 +14,10 @@ import pytest
 import structlog
 
 from service.cli import main
+from service.engine import memory
 from service.models.reference import MODELS_DIR
 from service.observability import logs
-from service.tools.sweep import measure, memory
+from service.tools.sweep import measure
 from service.tools.sweep import report as sweep_report
 from service.tools.sweep.plot import plot_sweep
 

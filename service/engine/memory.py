@@ -1,10 +1,53 @@
-"""GPU memory for the sweep's memory cap, read through NVML (nvidia-ml-py, the bench extra)."""
+"""Memory the batch size must stay under: the GPU's, read through NVML (nvidia-ml-py, the bench extra), and
+the host's (the process's cgroup limit, else the machine's RAM), with the process's peak resident set.
+
+Used by the sweep's memory cap and by the drain ceiling ``microbatch run`` measures at warm-up.
+"""
 
 from __future__ import annotations
 
 import os
+import resource
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import structlog
+
+_CGROUP_LIMITS = (
+    Path("/sys/fs/cgroup/memory.max"),  # cgroup v2
+    Path("/sys/fs/cgroup/memory/memory.limit_in_bytes"),  # cgroup v1
+)
+# cgroup v1 writes "no limit" as a huge number (PAGE_COUNTER_MAX pages); anything from here up is none.
+_NO_LIMIT = 1 << 60
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryLimit:
+    """What the process may use: ``total`` bytes, and where that figure comes from (for the start-up log)."""
+
+    total: int
+    source: str  # "cgroup" | "ram" | the GPU's name
+
+
+def host_limit(cgroup_files: tuple[Path, ...] = _CGROUP_LIMITS) -> MemoryLimit:
+    """The process's cgroup memory limit (a container's, a Kubernetes pod's), else the machine's RAM."""
+    for path in cgroup_files:
+        try:
+            text = path.read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit() and int(text) < _NO_LIMIT:
+            return MemoryLimit(int(text), "cgroup")
+    return MemoryLimit(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "ram")
+
+
+def peak_rss() -> int:
+    """The process's peak resident set so far, in bytes (the kernel's high-water mark: ONNX Runtime's
+    arena keeps what it grew to, so it is a peak either way)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024  # Linux counts KiB, macOS bytes
 
 
 class DeviceMemory:
@@ -15,7 +58,7 @@ class DeviceMemory:
     ONNX Runtime's arena keeps what it grew to, so the figure after a size is the peak up to that size.
     """
 
-    def __init__(self, nvml, handle) -> None:
+    def __init__(self, nvml: Any, handle: Any) -> None:  # pynvml's module and a device handle
         self._nvml = nvml
         self._handle = handle
         self.total: int = int(nvml.nvmlDeviceGetMemoryInfo(handle).total)
@@ -47,7 +90,7 @@ class DeviceMemory:
     def used(self) -> int:
         return int(self._nvml.nvmlDeviceGetMemoryInfo(self._handle).used)
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         return {"name": self.name, "memory_total_bytes": self.total, "driver": self.driver}
 
     def close(self) -> None:

@@ -1,11 +1,11 @@
-"""service/tools/sweep/knee.py: the knee, the SLO and memory caps, and the stop rules, on hand-made
+"""service/engine/knee.py: the knee, the SLO and memory caps, and the stop rules, on hand-made
 numbers."""
 
 from __future__ import annotations
 
 import pytest
 
-from service.tools.sweep.knee import (
+from service.engine.knee import (
     Point,
     find_knee,
     is_out_of_memory,

@@ -28,7 +28,7 @@ Contract:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 
@@ -100,7 +100,7 @@ def memory_cap(
     if total_bytes is None or any(p.memory_used_bytes is None for p in points):
         return None
     limit = fraction * total_bytes
-    return _prefix_cap(points, lambda p: p.memory_used_bytes <= limit)
+    return _prefix_cap(points, lambda p: p.memory_used_bytes is not None and p.memory_used_bytes <= limit)
 
 
 def recommend(
@@ -145,7 +145,7 @@ def is_out_of_memory(message: str) -> bool:
     return any(marker in text for marker in _OOM_MARKERS)
 
 
-def _prefix_cap(points: Sequence[Point], ok) -> int:
+def _prefix_cap(points: Sequence[Point], ok: Callable[[Point], bool]) -> int:
     cap = 0
     for point in points:
         if not ok(point):
