@@ -52,13 +52,47 @@ def test_every_input_gets_exactly_one_result_in_order(tmp_path, kafka_bootstrap,
         assert value["model"]["name"] == "metrics-anomaly"
         assert isinstance(value["result"]["score"], float)
         assert isinstance(value["result"]["is_anomaly"], bool)
-        assert 1 <= value["batch_size"] <= 16
+        assert 1 <= value["batch_size"] <= drain_ceiling(service.log())
         assert value["timestamps"]["produced_ms"] >= value["timestamps"]["event_ms"]
         assert out.headers["trace-id"].startswith(b"t-")  # input headers pass through
     assert committed(kafka_bootstrap, group_id, topics["in"], PARTITIONS) == end_offsets(
         kafka_bootstrap, topics["in"], PARTITIONS
     )
     assert '"event": "started"' in service.log() or '"event":"started"' in service.log()
+
+
+def drain_ceiling(log: str) -> int:
+    """The drain ceiling the service measured at start-up (its ``batch_sizes`` line)."""
+    line = next(line for line in log.splitlines() if '"event": "batch_sizes"' in line)
+    return msgspec.json.decode(line)["drain_max_size"]
+
+
+def test_a_late_backlog_drains_past_max_size_and_live_traffic_returns_to_stream_sizes(
+    tmp_path, kafka_bootstrap, topics, group_id
+):
+    """The defaults on a backlog of 30,000 events: batches grow past MAX_SIZE (16) toward the ceiling
+    measured at warm-up; events sent one by one once the backlog is answered ride in stream-sized
+    batches again."""
+    backlog = metrics_events(30_000, seed=12)
+    produce(kafka_bootstrap, topics["in"], backlog)
+    service = start_on_topics(tmp_path, kafka_bootstrap, topics, group_id)
+    try:
+        drained = read_topic(kafka_bootstrap, topics["out"], expected=len(backlog))
+        live = metrics_events(40, seed=13)
+        # One at a time: nothing is late.
+        sent = {coord for event in live for coord in produce(kafka_bootstrap, topics["in"], [event])}
+        outputs = read_topic(kafka_bootstrap, topics["out"], expected=len(backlog) + len(live))
+    finally:
+        code = service.stop()
+    assert code == 0, service.log()
+    ceiling = drain_ceiling(service.log())
+    assert ceiling > 16
+    drain_sizes = [msgspec.json.decode(o.value)["batch_size"] for o in drained]
+    assert max(drain_sizes) > 16
+    assert max(drain_sizes) <= ceiling
+    live_sizes = [msgspec.json.decode(o.value)["batch_size"] for o in outputs if source_of(o) in sent]
+    assert len(live_sizes) == len(live)
+    assert max(live_sizes) <= 16
 
 
 def test_poison_goes_to_dlq_with_reason_and_original_bytes(tmp_path, kafka_bootstrap, topics, group_id):
