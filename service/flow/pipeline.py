@@ -77,7 +77,12 @@ class Pipeline:
         try:
             while self._running:
                 self._telemetry.loop()
+                opening = not len(self._batcher)
                 self._accept(self._source.consume(*self._consume_plan()))
+                if opening and len(self._batcher) and not self._batcher.ready() and not len(self._inference):
+                    # A batch just opened: fill it in this same round rather than the next one (which
+                    # would serve acks, back-pressure and telemetry for a batch still empty of results).
+                    self._accept(self._source.consume(*self._consume_plan()))
                 if self._batcher.ready() and self._batcher.room():
                     self._accept(self._source.consume(self._batcher.room(), 0))  # more to choose among
                 self._rows()

@@ -23,9 +23,11 @@ that size, as AIMD does); a burst grows it one step per batch, up to ``max_size`
 latency SLO at its current rate (``backlog > rate x slo``, ``rate`` the items per second it served lately)
 means its events are late already: latency is lost, and only throughput can win it back. That is the
 offline regime, so the target grows past ``max_size``, doubling per batch, up to ``drain_max`` (the
-model's throughput knee, capped by memory: see ``service/engine/drain.py``). It stays there while at least
-a batch is waiting, and drops back to ``max_size`` (from which rules 2 and 3 go on) at the first batch
-that finds less than one target's worth waiting. A drain batch over budget halves the target and lowers
+model's throughput knee, capped by memory: see ``service/engine/drain.py``). Batches of ``max_size`` that
+no longer keep up (a full one with another full one waiting behind it, rule 2 at its ceiling) enter it
+too: the items are there already, so a larger batch costs them no wait, and the size follows the queue.
+It stays there while at least a batch is waiting, and drops back to ``max_size`` (from which rules 2 and
+3 go on) at the first batch that finds less than one target's worth waiting. A drain batch over budget halves the target and lowers
 the drain's ceiling to the halved size until the drain ends, so the drain never re-grows into sizes the
 SLO cannot afford.
 """
@@ -90,7 +92,9 @@ class BatchSizeController:
             if backlog < self.target:
                 return self._drained()
             return self._drain()
-        if self.drain_max > self.max_size and rate > 0 and backlog > rate * self.slo_s:
+        late = rate > 0 and backlog > rate * self.slo_s
+        saturated = self.target >= self.max_size and size >= self.target and backlog >= self.target
+        if self.drain_max > self.max_size and (late or saturated):
             self.draining = True
             return self._drain()
         if size >= self.target and backlog >= self.target:

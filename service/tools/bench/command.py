@@ -59,6 +59,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="latency runs of the service; the one with the median p99 is reported (3; --quick: 1)",
     )
+    parser.add_argument(
+        "--light-rate",
+        type=float,
+        default=2000.0,
+        help="events/s of the light-load runs (service, passthrough, consume(32) loop); 0: none (2000)",
+    )
     parser.add_argument("--seed", type=int, default=1, help="seed of the generated events")
     parser.add_argument(
         "--out", type=Path, default=None, help="results file (default bench/results/bench-<UTC time>.json)"
@@ -87,6 +93,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         settle_s=_given(args.settle_seconds, _QUICK["settle_seconds"] if quick else 2.0),
         latency_load=args.latency_load,
         latency_repeats=max(1, int(_given(args.latency_repeats, 1 if quick else 3))),
+        light_rate=max(0.0, args.light_rate),
         seed=args.seed,
         out=args.out or RESULTS_DIR / f"bench-{stamp}.json",
         log_dir=args.log_dir,

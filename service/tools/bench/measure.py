@@ -145,3 +145,10 @@ def tensor_padding_efficiency(masks: Iterable[np.ndarray]) -> float | None:
         real += int(np.count_nonzero(mask))
         padded += int(mask.size)
     return round(real / padded, 4) if padded else None
+
+
+def cpu_per_event_us(cpu_percent: float | None, events_per_s: float | None) -> float | None:
+    """Microseconds of CPU per event: ``cpu_percent`` (100 = one core busy) at ``events_per_s``."""
+    if cpu_percent is None or not events_per_s:
+        return None
+    return round(cpu_percent / 100 / events_per_s * 1_000_000, 1)

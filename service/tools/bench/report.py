@@ -27,7 +27,7 @@ def render(result: Mapping[str, Any]) -> str:
     parts = [_run_line(result)]
     for key, scenario in result.get("scenarios", {}).items():
         parts += [_scenario_heading(key, scenario), _systems_table(scenario)]
-        parts += [line for line in [_repeats_line(scenario)] if line]
+        parts += [line for line in [_repeats_line(scenario), _light_table(scenario)] if line]
         parts.append(_targets_table(scenario))
     return "\n\n".join(parts) + "\n"
 
@@ -48,16 +48,53 @@ def _run_line(result: Mapping[str, Any]) -> str:
         f"intra-op threads {s.get('intra_op_threads', NA)} (0: one per core), "
         f"~{s.get('drain_seconds', NA)} s backlogs; latency runs at {_num(s.get('latency_load'), '{:.0%}')} "
         f"of each system's own drain rate, {s.get('settle_seconds', NA)} s unmeasured, then "
-        f"{s.get('latency_seconds', NA)} s measured."
+        f"{s.get('latency_seconds', NA)} s measured; light-load runs at "
+        f"{_num(s.get('light_rate'), '{:,.0f}')} events/s."
     )
 
 
 def _scenario_heading(key: str, scenario: Mapping[str, Any]) -> str:
     return (
         f"#### {key}. {scenario.get('title', '')}: `{scenario.get('model', '')}`\n\n"
-        f"Batches of up to {scenario.get('batch_size', NA)} (`BATCH__MAX_SIZE`); batch inference time at "
-        f"that size (raw ONNX Runtime, median): {_num(scenario.get('batch_inference_ms'), '{:.2f}')} ms."
+        f"Batches of up to {scenario.get('batch_size', NA)} (`BATCH__MAX_SIZE`) for every system but the "
+        f"service's defaults row; batch inference time at that size (raw ONNX Runtime, median): "
+        f"{_num(scenario.get('batch_inference_ms'), '{:.2f}')} ms."
     )
+
+
+def _light_table(scenario: Mapping[str, Any]) -> str:
+    """The light-load runs (one fixed rate for every system with one); empty when there were none."""
+    columns = (
+        "system, light load",
+        "sent /s",
+        "p50 ms",
+        "p95 ms",
+        "p99 ms",
+        "CPU %",
+        "CPU us/event",
+        "p99 runs",
+    )
+    rows = [_row(columns), _row(["---"] * len(columns))]
+    for name, system in (scenario.get("systems") or {}).items():
+        light = system.get("light")
+        if not light:
+            continue
+        runs = ", ".join(_num(p99, "{:.0f}") for p99 in system.get("light_p99_runs_ms") or [])
+        rows.append(
+            _row(
+                [
+                    name,
+                    _num(light.get("sent_rate_per_s"), "{:,.0f}"),
+                    _num(light.get("p50_ms"), "{:.1f}"),
+                    _num(light.get("p95_ms"), "{:.1f}"),
+                    _num(light.get("p99_ms"), "{:.1f}"),
+                    _num(light.get("cpu_percent"), "{:.0f}"),
+                    _num(light.get("cpu_us_per_event"), "{:.0f}"),
+                    runs,
+                ]
+            )
+        )
+    return "\n".join(rows) if len(rows) > 2 else ""
 
 
 def _repeats_line(scenario: Mapping[str, Any]) -> str:

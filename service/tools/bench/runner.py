@@ -11,6 +11,8 @@ consumer group, each with a fresh process:
    latency); then events are sent at ``latency_load`` (half) of the rate it just drained at, for
    ``settle_s`` seconds unmeasured and ``latency_s`` seconds measured; each output's timestamp minus its
    input's send time (a header the system passes through) is one sample.
+3. light load (the systems marked ``light``): the same, at the fixed ``light_rate`` events/s, the same
+   for every system, so that latency and CPU per event compare at one modest rate.
 
 The in-process model baselines (``raw-ort``) are timed by themselves and report their own figures; the
 median batch time of ``raw-ort`` at the service's maximum batch size is the batch inference time of the
@@ -36,7 +38,7 @@ from service.config import KafkaSettings, Settings, private_option
 from service.errors import BrokerUnavailableError
 from service.tools.bench import kafka_io, machine, measure
 from service.tools.bench.process import Sampler, child_env
-from service.tools.bench.scenarios import RAW_ORT, SERVICE, Scenario, System, selected
+from service.tools.bench.scenarios import PASSTHROUGH, RAW_ORT, SERVICE, Scenario, System, selected
 from service.tools.bench.targets import evaluate
 from service.tools.bench.workload import cycle, make_events
 from service.tools.processes import Child, start
@@ -63,7 +65,10 @@ class Options:
     latency_load: float
     """The latency run's rate as a share of the rate the same system drained its backlog at."""
     latency_repeats: int
-    """Latency runs of the service (the figure with a target); the one with the median p99 is reported."""
+    """Latency runs of the service (the figure with a target); the one with the median p99 is reported.
+    At light load, the passthrough (the other side of that target) gets as many."""
+    light_rate: float
+    """Events/s of the light-load runs; 0: none."""
     seed: int
     out: Path
     log_dir: Path
@@ -114,6 +119,7 @@ class Bench:
             "settle_seconds": self.options.settle_s,
             "latency_load": self.options.latency_load,
             "latency_repeats": self.options.latency_repeats,
+            "light_rate": self.options.light_rate,
             "seed": self.options.seed,
             "batch": batch.model_dump(),
             "intra_op_threads": self.settings.model.intra_op_threads,
@@ -145,10 +151,18 @@ class Bench:
                 repeats = self.options.latency_repeats if system.name == SERVICE else 1
                 runs = [
                     self.latency_phase(scenario, system, pool, rate * self.options.latency_load)
-                    for _ in range(repeats if usable else 0)
+                    for _ in range(repeats if usable and system.latency else 0)
                 ]
                 entry["latency"] = measure.median_run(runs)
                 entry["latency_p99_runs_ms"] = [run.get("p99_ms") for run in runs]
+                if system.light and self.options.light_rate:
+                    light = self.options.latency_repeats if system.name in (SERVICE, PASSTHROUGH) else 1
+                    runs = [
+                        self.latency_phase(scenario, system, pool, self.options.light_rate)
+                        for _ in range(light if usable else 0)
+                    ]
+                    entry["light"] = measure.median_run(runs)
+                    entry["light_p99_runs_ms"] = [run.get("p99_ms") for run in runs]
             else:
                 entry["throughput"] = self.model_phase(scenario, system)
                 entry["latency"] = None
@@ -163,11 +177,19 @@ class Bench:
             "max_wait_ms": max_wait_ms,
             "batch_inference_ms": batch_ms,
             "systems": systems,
-            "targets": evaluate(scenario.ratios, systems, max_wait_ms, batch_ms, self.options.latency_load),
+            "targets": evaluate(
+                scenario.ratios,
+                systems,
+                max_wait_ms,
+                batch_ms,
+                self.options.latency_load,
+                self.options.light_rate,
+            ),
         }
 
     def batch_size(self, scenario: Scenario) -> int:
-        """The scenario's ``BATCH__MAX_SIZE``, unless the caller set one (``MICROBATCH_BATCH__MAX_SIZE``)."""
+        """The scenario's ``BATCH__MAX_SIZE`` (of every system but the service's defaults row), unless the
+        caller set one (``MICROBATCH_BATCH__MAX_SIZE``)."""
         if scenario.max_batch_size and "max_size" not in self.settings.batch.model_fields_set:
             return scenario.max_batch_size
         return self.settings.batch.max_size
@@ -227,6 +249,9 @@ class Bench:
             "min_ms": float(latencies.min()) if latencies.size else None,
             "cpu_percent": measure.cpu_percent(run["samples"], sent_from, sent_to),
         }
+        figures["cpu_us_per_event"] = measure.cpu_per_event_us(
+            figures["cpu_percent"], figures["sent_rate_per_s"]
+        )
         figures |= self._common(system, run, measured)
         self._check(scenario, system, "latency", figures)
         return figures
@@ -354,12 +379,13 @@ class Bench:
         return True
 
     def env(self, scenario: Scenario, system: System, overrides: dict[str, str]) -> dict[str, str]:
+        sized = {} if system.defaults else {"BATCH__MAX_SIZE": str(self.batch_size(scenario))}
         return child_env(
             os.environ,
             {
                 "KAFKA__BOOTSTRAP_SERVERS": self.options.bootstrap,
                 "MODEL__NAME": scenario.model,
-                "BATCH__MAX_SIZE": str(self.batch_size(scenario)),
+                **sized,
                 "LOG__FORMAT": "json",
                 "METRICS__PORT": "0",  # served as in production, on a free port
                 # Frequent stats lines: the service's padding efficiency is read from them.

@@ -9,7 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 SERVICE = "service"
+SERVICE_KNEE = "service-knee"
 PASSTHROUGH = "passthrough"
+BATCH_LOOP = "batch-loop"
 NAIVE = "naive"
 RAW_ORT = "raw-ort"
 RAW_ORT_SORTED = "raw-ort-sorted"
@@ -42,6 +44,12 @@ class System:
     items_per_message: int = 1
     """Items, and so outputs, per input message: ``RECORDS_PER_REQUEST`` for OTLP requests. ``rate_hint``
     and the latency run's rate count items."""
+    defaults: bool = False
+    """Run with the service's default batch settings: the scenario's ``max_batch_size`` is not applied."""
+    latency: bool = True
+    """Give it a latency run at ``latency_load`` of its drain rate (after its drain)."""
+    light: bool = False
+    """Give it a light-load latency run too, at the fixed ``--light-rate``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,13 +78,18 @@ class Scenario:
     (``microbatch sweep --pipeline`` pins the batch size with them)."""
 
 
-def _service(hint: float) -> System:
-    return System(SERVICE, "service (micro-batched)", ("service", "run"), True, hint)
+def _service(hint: float, light: bool = False) -> System:
+    return System(
+        SERVICE, "service, default settings", ("service", "run"), True, hint, defaults=True, light=light
+    )
 
 
-def _baseline(name: str, label: str, kafka: bool, hint: float, *args: str) -> System:
+def _baseline(
+    name: str, label: str, kafka: bool, hint: float, *args: str, latency: bool = True, light: bool = False
+) -> System:
     command = name if name != RAW_ORT_SORTED else RAW_ORT
-    return System(name, label, ("service.tools.bench.baselines", command, *args), kafka, hint)
+    argv = ("service.tools.bench.baselines", command, *args)
+    return System(name, label, argv, kafka, hint, latency=latency, light=light)
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -86,18 +99,40 @@ SCENARIOS: dict[str, Scenario] = {
         model="metrics-anomaly",
         kind="metrics",
         systems=(
-            _service(60_000),
-            _baseline(PASSTHROUGH, "passthrough (transport ceiling)", True, 80_000),
+            _service(100_000, light=True),
+            # What a user gets after `microbatch sweep --pipeline`: one fixed size, no adaptation, no drain.
+            System(
+                SERVICE_KNEE,
+                "service, batch size pinned at the knee",
+                ("service", "run"),
+                True,
+                100_000,
+                env=(("BATCH__ADAPTIVE", "false"),),
+                latency=False,
+            ),
+            _baseline(PASSTHROUGH, "passthrough (transport ceiling)", True, 120_000, light=True),
+            _baseline(
+                BATCH_LOOP,
+                "consume(32) loop: one session.run, flush, commit per consume",
+                True,
+                30_000,
+                "--consume-batch",
+                "32",
+                latency=False,
+                light=True,
+            ),
             _baseline(NAIVE, "naive per-message loop", True, 1_000),
             _baseline(RAW_ORT, "raw ONNX Runtime, no Kafka", False, 0),
         ),
         ratios=(
+            Ratio(SERVICE, SERVICE_KNEE, 0.9),
+            Ratio(SERVICE_KNEE, PASSTHROUGH, 0.8),
             Ratio(SERVICE, PASSTHROUGH, 0.5),
+            Ratio(SERVICE, BATCH_LOOP),
             Ratio(SERVICE, NAIVE, 5.0),
         ),
-        # The default 16 spends most of a batch on per-batch overhead for a model this cheap. The sweep's
-        # engine knee is 256; whole-pipeline drains gave 59k (16), 82k (64) and 88k (256) events/s, so 64
-        # takes nearly all of the gain while a batch fills 4x sooner (docs/BENCHMARKS.md).
+        # The whole-service knee of `microbatch sweep --pipeline` (docs/BENCHMARKS.md): the pinned row's
+        # size, and raw ONNX Runtime's batches. The defaults row keeps the service's own settings.
         max_batch_size=64,
     ),
     "B": Scenario(
@@ -109,15 +144,16 @@ SCENARIOS: dict[str, Scenario] = {
             _service(4_000),
             _baseline(RAW_ORT, "raw ONNX Runtime, no Kafka (model ceiling)", False, 0),
             # The service groups items of similar length into a batch (less padding); batches sorted by
-            # length are the best any batching can do at this size, so this is the stricter ceiling.
+            # length are the best any batching can do at this size, so this is the stricter ceiling. Both
+            # raw rows count the tokenisation the service must pay too (timed in the same process).
             _baseline(
                 RAW_ORT_SORTED, "raw ONNX Runtime, batches sorted by length", False, 0, "--order", "length"
             ),
             _baseline(NAIVE, "naive per-message loop", True, 1_000),
         ),
         ratios=(
+            Ratio(SERVICE, RAW_ORT_SORTED, 0.8),
             Ratio(SERVICE, RAW_ORT, 0.9),
-            Ratio(SERVICE, RAW_ORT_SORTED),
             Ratio(SERVICE, NAIVE),
         ),
     ),

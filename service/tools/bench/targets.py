@@ -9,9 +9,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from service.tools.bench.scenarios import SERVICE, Ratio
+from service.tools.bench.scenarios import BATCH_LOOP, PASSTHROUGH, SERVICE, Ratio
 
 LATENCY_SLACK_MS = 10.0
+LIGHT_P99_VS_PASSTHROUGH = 1.5
+"""At light load the service's p99 may be at most this many times the passthrough's."""
 
 
 def ratio(numerator: float | None, denominator: float | None) -> float | None:
@@ -50,9 +52,12 @@ def evaluate(
     max_wait_ms: float,
     batch_inference_ms: float | None,
     load: float = 0.5,
+    light_rate: float = 0.0,
 ) -> list[dict[str, Any]]:
     """Every throughput ratio of the scenario, then the service's latency target (its latency run was at
-    ``load`` times its own drain rate; the target is stated for half)."""
+    ``load`` times its own drain rate; the target is stated for half), then, where the service had a
+    light-load run at ``light_rate``: its p99 against the passthrough's, and its CPU per event against the
+    consume(32) loop's, at that same rate."""
     verdicts = []
     for r in ratios:
         value = ratio(throughput_of(systems, r.numerator), throughput_of(systems, r.denominator))
@@ -67,4 +72,19 @@ def evaluate(
             None if bound is None else round(bound, 2),
         )
     )
+    if (systems.get(SERVICE) or {}).get("light") is not None:
+        verdicts += _light(systems, light_rate)
     return verdicts
+
+
+def _light(systems: Mapping[str, Mapping[str, Any]], rate: float) -> list[dict[str, Any]]:
+    def light(name: str, figure: str) -> float | None:
+        return ((systems.get(name) or {}).get("light") or {}).get(figure)
+
+    at = f"at {rate:,.0f}/s"
+    p99 = ratio(light(SERVICE, "p99_ms"), light(PASSTHROUGH, "p99_ms"))
+    cpu = ratio(light(SERVICE, "cpu_us_per_event"), light(BATCH_LOOP, "cpu_us_per_event"))
+    return [
+        _verdict(f"{SERVICE} / {PASSTHROUGH} p99 latency {at}", p99, "<=", LIGHT_P99_VS_PASSTHROUGH),
+        _verdict(f"{SERVICE} / {BATCH_LOOP} CPU per event {at}", cpu, "<=", 1.0),
+    ]

@@ -50,6 +50,7 @@ def open_bench(settings: Any, bootstrap: str, drain_s: float, log_dir: Path) -> 
         settle_s=0.0,
         latency_load=0.5,
         latency_repeats=0,
+        light_rate=0.0,
         seed=1,
         out=log_dir / "unused.json",
         log_dir=log_dir,

@@ -137,17 +137,33 @@ def test_a_late_backlog_doubles_the_target_past_max_size_up_to_the_drain_ceiling
     assert sizer.draining
 
 
-def test_a_backlog_the_slo_can_absorb_is_no_drain():
-    sizer = draining()
-    decision = sizer.observe(16, FAST, backlog=2_000, rate=10_000)  # 2,000 < 10,000 x 0.25
-    assert decision.rule == "backlog"
-    assert decision.target == 16
+def test_a_backlog_the_slo_can_absorb_grows_one_step_below_max_size():
+    sizer = draining(start=8)
+    decision = sizer.observe(8, FAST, backlog=2_000, rate=10_000)  # 2,000 < 10,000 x 0.25: not late
+    assert (decision.rule, decision.target) == ("backlog", 9)
     assert not sizer.draining
 
 
-def test_no_drain_before_the_rate_is_known_or_without_a_ceiling_above_max_size():
-    assert draining().observe(16, FAST, backlog=100_000, rate=0.0).rule == "backlog"
+def test_full_batches_of_max_size_with_another_waiting_enter_the_drain():
+    sizer = draining()
+    decision = sizer.observe(16, FAST, backlog=16, rate=10_000)  # not late, but max_size no longer keeps up
+    assert (decision.rule, decision.target) == ("drain", 32)
+    assert draining().observe(16, FAST, backlog=15, rate=10_000).rule == "steady"  # less than a batch waits
+    assert draining().observe(12, FAST, backlog=100, rate=10_000).rule == "steady"  # a partial batch
+
+
+def test_no_late_drain_before_the_rate_is_known_or_without_a_ceiling_above_max_size():
+    assert draining(start=8).observe(8, FAST, backlog=100_000, rate=0.0).rule == "backlog"
     assert draining(drain_max=16).observe(16, FAST, backlog=100_000, rate=10_000).target == 16
+
+
+def test_a_late_backlog_doubles_from_any_target():
+    sizer = draining(start=4)
+    assert [sizer.observe(sizer.target, FAST, backlog=100_000, rate=10_000).target for _ in range(3)] == [
+        16,
+        32,
+        64,
+    ]
 
 
 def test_the_drain_ends_at_the_first_batch_with_less_than_a_target_waiting():
@@ -204,12 +220,12 @@ class FakeClock:
 
 def test_sizing_enters_and_leaves_the_drain_on_a_fake_clock():
     """Both transitions through the part the loop uses: a backlog of 50,000 served at 16 per millisecond
-    (16,000/s clears 4,000 within the SLO) grows the target to the ceiling; once it is gone, the target is
-    back within the streaming sizes at once."""
+    (16,000/s clears 4,000 within the SLO) grows the target to the ceiling once the rate is known; once it
+    is gone, the target is back within the streaming sizes at once."""
     clock = FakeClock()
-    sizing = Sizing(draining(drain_max=128), clock)
+    sizing = Sizing(draining(drain_max=128, start=4), clock)
     backlog, targets = 50_000, []
-    target = 16
+    target = 4
     while backlog > 0:
         size = min(target, backlog)
         backlog -= size
@@ -217,5 +233,5 @@ def test_sizing_enters_and_leaves_the_drain_on_a_fake_clock():
         target = sizing.observe(size, 0.0005, backlog)
         targets.append(target)
     assert max(targets) == 128
-    assert targets[:4] == [16, 32, 64, 128] or targets[1:5] == [32, 64, 128, 128]
+    assert targets[:5] == [5, 16, 32, 64, 128]  # one step before a rate is known, then doubling
     assert targets[-1] <= 16

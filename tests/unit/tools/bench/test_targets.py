@@ -4,8 +4,22 @@ from __future__ import annotations
 
 import pytest
 
-from service.tools.bench.scenarios import SCENARIOS, SERVICE, Ratio, selected
-from service.tools.bench.targets import LATENCY_SLACK_MS, evaluate, latency_bound_ms, ratio
+from service.tools.bench.scenarios import (
+    BATCH_LOOP,
+    PASSTHROUGH,
+    SCENARIOS,
+    SERVICE,
+    SERVICE_KNEE,
+    Ratio,
+    selected,
+)
+from service.tools.bench.targets import (
+    LATENCY_SLACK_MS,
+    LIGHT_P99_VS_PASSTHROUGH,
+    evaluate,
+    latency_bound_ms,
+    ratio,
+)
 
 
 def systems(service=None, passthrough=None, naive=None, p99=None, complete=True):
@@ -95,3 +109,50 @@ def test_scenario_b_has_a_model_ceiling_for_the_batch_inference_time():
 @pytest.mark.parametrize(("choice", "keys"), [("A", ["A"]), ("C", ["C"]), ("all", ["A", "B", "C"])])
 def test_selected_scenarios(choice, keys):
     assert [s.key for s in selected(choice)] == keys
+
+
+def light_systems(service_p99, passthrough_p99, service_cpu, loop_cpu):
+    def entry(p99, cpu):
+        return {
+            "throughput": {"events_per_s": 1.0},
+            "latency": None,
+            "light": {"p99_ms": p99, "cpu_us_per_event": cpu},
+        }
+
+    return {
+        SERVICE: entry(service_p99, service_cpu),
+        PASSTHROUGH: entry(passthrough_p99, 1.0),
+        BATCH_LOOP: entry(None, loop_cpu),
+    }
+
+
+def test_light_load_p99_is_judged_against_the_passthrough_and_cpu_against_the_loop():
+    verdicts = by_name(evaluate((), light_systems(15.0, 10.0, 90.0, 100.0), 50.0, 0.05, 0.5, 2000))
+    p99 = verdicts["service / passthrough p99 latency at 2,000/s"]
+    cpu = verdicts["service / batch-loop CPU per event at 2,000/s"]
+    assert (p99["value"], p99["threshold"], p99["passed"]) == (1.5, LIGHT_P99_VS_PASSTHROUGH, True)
+    assert (cpu["value"], cpu["passed"]) == (0.9, True)
+    verdicts = by_name(evaluate((), light_systems(16.0, 10.0, 110.0, 100.0), 50.0, 0.05, 0.5, 2000))
+    assert not verdicts["service / passthrough p99 latency at 2,000/s"]["passed"]
+    assert not verdicts["service / batch-loop CPU per event at 2,000/s"]["passed"]
+
+
+def test_no_light_load_run_no_light_targets():
+    assert len(evaluate(RATIOS, systems(100.0, 200.0, 10.0, 20.0), 50.0, 0.05)) == len(RATIOS) + 1
+
+
+def test_scenario_a_holds_the_defaults_to_the_pinned_knee_and_the_knee_to_the_passthrough():
+    ratios = {(r.numerator, r.denominator): r.minimum for r in SCENARIOS["A"].ratios}
+    assert ratios[SERVICE, SERVICE_KNEE] == 0.9
+    assert ratios[SERVICE_KNEE, PASSTHROUGH] == 0.8
+    assert {r.numerator for r in SCENARIOS["B"].ratios} == {SERVICE}
+    assert (
+        dict(((r.numerator, r.denominator), r.minimum) for r in SCENARIOS["B"].ratios)[
+            SERVICE, "raw-ort-sorted"
+        ]
+        == 0.8
+    )
+    defaults = next(s for s in SCENARIOS["A"].systems if s.name == SERVICE)
+    knee = next(s for s in SCENARIOS["A"].systems if s.name == SERVICE_KNEE)
+    assert defaults.defaults and not defaults.env
+    assert not knee.defaults and ("BATCH__ADAPTIVE", "false") in knee.env

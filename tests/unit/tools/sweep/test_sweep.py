@@ -425,7 +425,7 @@ def test_scenario_settings_win_over_every_other_setting_of_a_bench_child(monkeyp
     from service.tools.bench.scenarios import SERVICE, Scenario, System
 
     monkeypatch.setenv("MICROBATCH_BATCH__ADAPTIVE", "true")
-    options = Options("A", False, "127.0.0.1:1", 4, 1.0, 1.0, 0.0, 0.5, 1, 1, Path("x.json"), Path("."))
+    options = Options("A", False, "127.0.0.1:1", 4, 1.0, 1.0, 0.0, 0.5, 1, 0.0, 1, Path("x.json"), Path("."))
     bench = Bench(options, Settings())
     service = System(SERVICE, "s", ("service", "run"), True, 1.0)
     pinned = (("BATCH__MIN_SIZE", "8"), ("BATCH__MAX_SIZE", "8"), ("BATCH__ADAPTIVE", "false"))
