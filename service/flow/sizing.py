@@ -27,9 +27,9 @@ model's throughput knee, capped by memory: see ``service/engine/drain.py``). Bat
 no longer keep up (a full one with another full one waiting behind it, rule 2 at its ceiling) enter it
 too: the items are there already, so a larger batch costs them no wait, and the size follows the queue.
 It stays there while at least a batch is waiting, and drops back to ``max_size`` (from which rules 2 and
-3 go on) at the first batch that finds less than one target's worth waiting. A drain batch over budget halves the target and lowers
-the drain's ceiling to the halved size until the drain ends, so the drain never re-grows into sizes the
-SLO cannot afford.
+3 go on) at the first batch that finds less than one target's worth waiting. A drain batch over budget
+halves the target and lowers the drain's ceiling to the halved size until the drain ends, so the drain
+never re-grows into sizes the SLO cannot afford.
 """
 
 from __future__ import annotations
