@@ -8,8 +8,8 @@ cut into full batches at once, with no waiting.
 when items have a cost, a padded cost of ``max_cost``: a text batch is padded to its longest item, so it
 costs ``count x longest``, and one long line must not make the whole batch huge.
 
-With a cost and a ``window``, a batch is chosen among the oldest ``window`` waiting items rather than
-taken in arrival order: the oldest item (whose deadline is due first) and those closest to it in cost.
+With a cost and a ``window``, a batch is chosen among the oldest ``window`` waiting items (at least four
+batches' worth, so a large batch still has lengths to choose among) rather than taken in arrival order: the oldest item (whose deadline is due first) and those closest to it in cost.
 Similar lengths pad less. Every batch holds the oldest waiting item, so no item is passed over for longer
 than it takes the items ahead of it to be served.
 """
@@ -65,7 +65,11 @@ class Batcher(Generic[T]):
     def room(self) -> int:
         """How many more items the batcher would like to choose among before cutting (bucketing); 0 when
         it chooses in arrival order."""
-        return max(0, self._window - len(self._items))
+        return max(0, self._pool() - len(self._items))
+
+    def _pool(self) -> int:
+        """How many waiting items a batch is chosen among: the window, or four batches when larger."""
+        return max(self._window, 4 * self.max_size) if self._window else 0
 
     def time_until_due(self) -> float | None:
         """Seconds until the open batch is due (0 if it is due now); None when nothing is waiting."""
@@ -130,7 +134,7 @@ class Batcher(Generic[T]):
 
     def _take_bucket(self) -> list[tuple[float, int, T]]:
         """The oldest item plus the waiting items nearest to it in cost, within the window and the caps."""
-        pool = [self._items.popleft() for _ in range(min(len(self._items), max(self._window, self.max_size)))]
+        pool = [self._items.popleft() for _ in range(min(len(self._items), self._pool()))]
         anchor = pool[0][1]
         nearest = sorted(range(len(pool)), key=lambda i: (abs(pool[i][1] - anchor), i))
         chosen: set[int] = set()

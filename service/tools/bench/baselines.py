@@ -189,32 +189,29 @@ def _input_record(msg: Message) -> InputRecord:
 
 def naive(settings: Settings, stopping: threading.Event) -> None:
     """One message at a time: poll, infer a batch of one, produce, wait for the ack, commit synchronously."""
-    loaded = load_model(settings)
-    warm_up(loaded, {1}, settings.model.env("name"))
-    consumer, outbox = _clients(settings)
-    tracker = OffsetTracker()  # unused for commits here, but _finish and _subscribe share the shape
-    _subscribe(consumer, settings, tracker)
     idle_s = settings.input.idle_poll_ms / 1000
-    stats = {"events": 0, "dead_letters": 0}
-    while not stopping.is_set():
-        msg = consumer.poll(idle_s)
-        if msg is None or msg.error() is not None:
-            continue
-        _answer_and_commit(consumer, outbox, settings, loaded, [_input_record(msg)], stats)
-    _finish(consumer, outbox, tracker, stats)
+    _model_loop(settings, stopping, 1, lambda consumer: [m for m in [consumer.poll(idle_s)] if m is not None])
 
 
 def batch_loop(settings: Settings, stopping: threading.Event, consume_batch: int) -> None:
     """``consume(consume_batch, window)``, one model call over what came, produce, flush, commit; repeat."""
+    window_s = settings.batch.max_wait_ms / 1000
+    _model_loop(settings, stopping, consume_batch, lambda consumer: consumer.consume(consume_batch, window_s))
+
+
+def _model_loop(
+    settings: Settings, stopping: threading.Event, size: int, fetch: Callable[[Consumer], list[Message]]
+) -> None:
+    """Until ``stopping``: ``fetch`` messages (at most ``size``), answer them in one model call, wait for
+    every answer's acknowledgement, commit synchronously."""
     loaded = load_model(settings)
-    warm_up(loaded, {1, consume_batch}, settings.model.env("name"))
+    warm_up(loaded, {1, size}, settings.model.env("name"))
     consumer, outbox = _clients(settings)
     tracker = OffsetTracker()  # unused for commits here, but _finish and _subscribe share the shape
     _subscribe(consumer, settings, tracker)
-    window_s = settings.batch.max_wait_ms / 1000
     stats = {"events": 0, "dead_letters": 0}
     while not stopping.is_set():
-        records = [_input_record(m) for m in consumer.consume(consume_batch, window_s) if m.error() is None]
+        records = [_input_record(m) for m in fetch(consumer) if m.error() is None]
         if records:
             _answer_and_commit(consumer, outbox, settings, loaded, records, stats)
     _finish(consumer, outbox, tracker, stats)

@@ -152,3 +152,12 @@ def cpu_per_event_us(cpu_percent: float | None, events_per_s: float | None) -> f
     if cpu_percent is None or not events_per_s:
         return None
     return round(cpu_percent / 100 / events_per_s * 1_000_000, 1)
+
+
+def drain_ceiling(log_lines: Iterable[dict]) -> int | None:
+    """The drain ceiling the service measured at start-up (``drain_max_size`` of its ``batch_sizes`` line);
+    None when it logged none."""
+    for line in log_lines:
+        if line.get("event") == "batch_sizes" and isinstance(line.get("drain_max_size"), int):
+            return line["drain_max_size"]
+    return None

@@ -54,11 +54,18 @@ def _run_line(result: Mapping[str, Any]) -> str:
 
 
 def _scenario_heading(key: str, scenario: Mapping[str, Any]) -> str:
+    knee = scenario.get("measured_knee")
+    measured = (
+        f" The defaults row measured a knee (drain ceiling) of {knee} at warm-up; the row pinned at it ran "
+        "batches of that size."
+        if knee
+        else ""
+    )
     return (
         f"#### {key}. {scenario.get('title', '')}: `{scenario.get('model', '')}`\n\n"
-        f"Batches of up to {scenario.get('batch_size', NA)} (`BATCH__MAX_SIZE`) for every system but the "
-        f"service's defaults row; batch inference time at that size (raw ONNX Runtime, median): "
-        f"{_num(scenario.get('batch_inference_ms'), '{:.2f}')} ms."
+        f"Batches of up to {scenario.get('batch_size', NA)} (`BATCH__MAX_SIZE`) for the baselines and the "
+        f"rows pinned at a size; batch inference time at that size (raw ONNX Runtime, median): "
+        f"{_num(scenario.get('batch_inference_ms'), '{:.2f}')} ms.{measured}"
     )
 
 
@@ -88,6 +95,7 @@ def _light_table(scenario: Mapping[str, Any]) -> str:
                     _num(light.get("p50_ms"), "{:.1f}"),
                     _num(light.get("p95_ms"), "{:.1f}"),
                     _num(light.get("p99_ms"), "{:.1f}"),
+                    _num(light.get("mean_batch_size"), "{:.1f}"),
                     _num(light.get("cpu_percent"), "{:.0f}"),
                     _num(light.get("cpu_us_per_event"), "{:.0f}"),
                     runs,

@@ -84,6 +84,8 @@ class Bench:
         self.admin = TopicAdmin(self.kafka.client_config())
         self.run_id = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:4]
         self.incomplete: list[str] = []
+        self.knees: dict[str, int] = {}
+        """Per scenario: the drain ceiling its defaults row measured at warm-up (``pin_knee`` rows use it)."""
 
     def check_broker(self) -> None:
         try:
@@ -146,6 +148,8 @@ class Bench:
                 entry["throughput"] = self.throughput_phase(
                     scenario, system, cycle(pool, backlog[system.name] // per)
                 )
+                if system.name == SERVICE and (knee := entry["throughput"].get("drain_ceiling")):
+                    self.knees[scenario.key] = knee
                 rate = entry["throughput"].get("events_per_s")
                 usable = entry["throughput"]["complete"] and rate
                 repeats = self.options.latency_repeats if system.name == SERVICE else 1
@@ -174,6 +178,7 @@ class Bench:
             "model": scenario.model,
             "kind": scenario.kind,
             "batch_size": self.batch_size(scenario),
+            "measured_knee": self.knees.get(scenario.key),
             "max_wait_ms": max_wait_ms,
             "batch_inference_ms": batch_ms,
             "systems": systems,
@@ -379,7 +384,8 @@ class Bench:
         return True
 
     def env(self, scenario: Scenario, system: System, overrides: dict[str, str]) -> dict[str, str]:
-        sized = {} if system.defaults else {"BATCH__MAX_SIZE": str(self.batch_size(scenario))}
+        size = self.knees.get(scenario.key) if system.pin_knee else None
+        sized = {} if system.defaults else {"BATCH__MAX_SIZE": str(size or self.batch_size(scenario))}
         return child_env(
             os.environ,
             {
@@ -401,10 +407,11 @@ class Bench:
     def _common(self, system: System, run: dict[str, Any], outputs: list[measure.Output]) -> dict[str, Any]:
         child: Child = run["child"]
         is_service = system.argv[0] == "service"
-        padding = measure.padding_efficiency(child.log_lines()) if is_service else None
+        lines = child.log_lines() if is_service else []
         return {
             "mean_batch_size": measure.mean_batch_size(outputs),
-            "padding_efficiency": padding,
+            "padding_efficiency": measure.padding_efficiency(lines) if is_service else None,
+            "drain_ceiling": measure.drain_ceiling(lines),
             "peak_rss_mib": measure.peak_rss_mib(run["samples"], run["high_water_bytes"]),
             "exit_code": run["exit_code"],
             "log": str(child.log_path),

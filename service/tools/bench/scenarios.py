@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 SERVICE = "service"
 SERVICE_KNEE = "service-knee"
+SERVICE_SWEPT = "service-swept"
 PASSTHROUGH = "passthrough"
 BATCH_LOOP = "batch-loop"
 NAIVE = "naive"
@@ -50,6 +51,8 @@ class System:
     """Give it a latency run at ``latency_load`` of its drain rate (after its drain)."""
     light: bool = False
     """Give it a light-load latency run too, at the fixed ``--light-rate``."""
+    pin_knee: bool = False
+    """Pin ``BATCH__MAX_SIZE`` to the knee the defaults row measured at its warm-up (its drain ceiling)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,13 +103,24 @@ SCENARIOS: dict[str, Scenario] = {
         kind="metrics",
         systems=(
             _service(100_000, light=True),
-            # What a user gets after `microbatch sweep --pipeline`: one fixed size, no adaptation, no drain.
+            # The size pinned (no adaptation, no drain regime) at the knee the defaults row measured at its
+            # warm-up, and at the whole-service knee of `microbatch sweep --pipeline` (the scenario's size).
             System(
                 SERVICE_KNEE,
-                "service, batch size pinned at the knee",
+                "service, batch size pinned at the knee it measured",
                 ("service", "run"),
                 True,
                 100_000,
+                env=(("BATCH__ADAPTIVE", "false"),),
+                latency=False,
+                pin_knee=True,
+            ),
+            System(
+                SERVICE_SWEPT,
+                "service, batch size pinned at the sweep's knee",
+                ("service", "run"),
+                True,
+                70_000,
                 env=(("BATCH__ADAPTIVE", "false"),),
                 latency=False,
             ),
@@ -127,11 +141,13 @@ SCENARIOS: dict[str, Scenario] = {
         ratios=(
             Ratio(SERVICE, SERVICE_KNEE, 0.9),
             Ratio(SERVICE_KNEE, PASSTHROUGH, 0.8),
+            Ratio(SERVICE, SERVICE_SWEPT),
+            Ratio(SERVICE_SWEPT, PASSTHROUGH),
             Ratio(SERVICE, PASSTHROUGH, 0.5),
             Ratio(SERVICE, BATCH_LOOP),
             Ratio(SERVICE, NAIVE, 5.0),
         ),
-        # The whole-service knee of `microbatch sweep --pipeline` (docs/BENCHMARKS.md): the pinned row's
+        # The whole-service knee of `microbatch sweep --pipeline` (docs/BENCHMARKS.md): the swept row's
         # size, and raw ONNX Runtime's batches. The defaults row keeps the service's own settings.
         max_batch_size=64,
     ),

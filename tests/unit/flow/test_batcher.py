@@ -290,3 +290,12 @@ def test_items_left_by_a_bucket_keep_their_deadlines(clock):
     clock.advance(STEP)
     # "b" is now the oldest: its deadline runs from its own arrival, one STEP ago.
     assert batcher.time_until_due() == WAIT - STEP
+
+
+def test_a_large_batch_is_chosen_among_four_batches_worth_even_past_the_window():
+    clock = [0.0]
+    batcher = Batcher(8, 0.05, lambda: clock[0], cost=lambda c: c, window=4)
+    assert batcher.room() == 32  # 4 x 8, more than the window
+    for cost in [1, 9] * 16:
+        batcher.add(cost)
+    assert sorted(batcher.take()) == [1] * 8  # similar lengths found among 32, not the first 8

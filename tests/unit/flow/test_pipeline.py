@@ -655,9 +655,10 @@ def test_items_with_a_cost_are_bucketed_and_padding_is_reported(rig):
     batches = [sorted(b) for kind, b in log if kind == "preprocess"]
     assert batches == [[2, 2, 3, 3], [29, 30, 30, 31]]
     # The first consume asked for one message; once a batch was due, a non-blocking one topped up
-    # the window so there was a choice.
+    # the pool so there was a choice: four batches' worth (16, more than the window of 8), less the 4
+    # waiting.
     assert log[0] == ("prepare", 1)
-    assert (4, 0) in r.source.consume_calls
+    assert (12, 0) in r.source.consume_calls
     totals = r.telemetry.stats.summary()
     assert totals["padding_efficiency"] == pytest.approx((10 + 120) / (4 * 3 + 4 * 31), abs=1e-3)
     # Every input still has exactly one result, and the commit covers all of them.

@@ -8,7 +8,9 @@ import pytest
 from service.tools.bench.measure import (
     Output,
     Sample,
+    cpu_per_event_us,
     cpu_percent,
+    drain_ceiling,
     latencies_ms,
     mean_batch_size,
     median_run,
@@ -151,3 +153,15 @@ def test_median_run_picks_the_run_with_the_middle_p99_and_skips_runs_without_one
     assert median_run(runs[:1] + runs[2:3])["id"] == 3  # even count: the lower middle
     assert median_run([{"p99_ms": None}]) is None
     assert median_run([]) is None
+
+
+def test_the_drain_ceiling_comes_from_the_batch_sizes_line():
+    lines = [{"event": "started"}, {"event": "batch_sizes", "max_size": 16, "drain_max_size": 256}]
+    assert drain_ceiling(lines) == 256
+    assert drain_ceiling([{"event": "started"}]) is None
+
+
+def test_cpu_per_event_is_cpu_seconds_per_event_in_microseconds():
+    assert cpu_per_event_us(20.0, 2000.0) == 100.0  # a fifth of a core for 2,000 events/s
+    assert cpu_per_event_us(None, 2000.0) is None
+    assert cpu_per_event_us(20.0, 0.0) is None

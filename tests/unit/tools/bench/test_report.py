@@ -32,7 +32,7 @@ RESULT = {
                     "latency": {"rate_per_s": 6172.8, "p50_ms": 5.0, "p95_ms": 9.5, "p99_ms": 14.25},
                     "latency_p99_runs_ms": [31.0, 14.25, 9.0],
                     "light": {"sent_rate_per_s": 1998.0, "p50_ms": 4.0, "p95_ms": 6.0, "p99_ms": 9.0,
-                              "cpu_percent": 20.4, "cpu_us_per_event": 102.1},
+                              "cpu_percent": 20.4, "cpu_us_per_event": 102.1, "mean_batch_size": 6.5},
                     "light_p99_runs_ms": [9.0, 12.0, 8.0],
                 },
                 "naive": {
@@ -154,7 +154,7 @@ def test_light_load_runs_get_a_table_of_their_own():
     text = render(RESULT)
     rows = table_rows(text, "service")
     light = [row for row in rows if row[1] == "1,998"]
-    assert light == [["service", "1,998", "4.0", "6.0", "9.0", "20", "102", "9, 12, 8"]]
+    assert light == [["service", "1,998", "4.0", "6.0", "9.0", "6.5", "20", "102", "9, 12, 8"]]
     assert "| system, light load |" in text
 
 

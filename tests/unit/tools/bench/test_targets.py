@@ -155,4 +155,4 @@ def test_scenario_a_holds_the_defaults_to_the_pinned_knee_and_the_knee_to_the_pa
     defaults = next(s for s in SCENARIOS["A"].systems if s.name == SERVICE)
     knee = next(s for s in SCENARIOS["A"].systems if s.name == SERVICE_KNEE)
     assert defaults.defaults and not defaults.env
-    assert not knee.defaults and ("BATCH__ADAPTIVE", "false") in knee.env
+    assert not knee.defaults and knee.pin_knee and ("BATCH__ADAPTIVE", "false") in knee.env
