@@ -9,9 +9,10 @@ when items have a cost, a padded cost of ``max_cost``: a text batch is padded to
 costs ``count x longest``, and one long line must not make the whole batch huge.
 
 With a cost and a ``window``, a batch is chosen among the oldest ``window`` waiting items (at least four
-batches' worth, so a large batch still has lengths to choose among) rather than taken in arrival order: the oldest item (whose deadline is due first) and those closest to it in cost.
-Similar lengths pad less. Every batch holds the oldest waiting item, so no item is passed over for longer
-than it takes the items ahead of it to be served.
+batches' worth, so a large batch still has lengths to choose among) rather than taken in arrival order:
+the oldest item (whose deadline is due first) and those closest to it in cost. Similar lengths pad less.
+Every batch holds the oldest waiting item, so no item is passed over for longer than it takes the items
+ahead of it to be served.
 """
 
 from __future__ import annotations
