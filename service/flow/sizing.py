@@ -23,14 +23,7 @@ that size, as AIMD does); a burst grows it one step per batch, up to ``max_size`
 latency SLO at its current rate (``backlog > rate x slo``, ``rate`` the items per second it served lately)
 means its events are late already: latency is lost, and only throughput can win it back. That is the
 offline regime, so the target grows past ``max_size``, doubling per batch, up to ``drain_max`` (the
-model's throughput knee, capped by memory: see ``service/engine/drain.py``). Batches of ``max_size`` that
-no longer keep up (a full one with another full one waiting behind it, rule 2 at its ceiling) enter it
-too: the items are there already, so a larger batch costs them no wait, and the size follows the queue.
-Such a drain is held to the stream's latency, not the SLO's: a batch that takes more than twice what a
-``max_size`` batch takes (a moving average of those) halves the target and caps the drain there, so a
-compute-bound model (whose batch time grows with its size) stays near ``max_size``, while one whose batch
-costs little (the transport dominates) grows. A drain that becomes late is held to the SLO's budget only.
-It stays there while at least a batch is waiting, and drops back to ``max_size`` (from which rules 2 and
+model's throughput knee, capped by memory: see ``service/engine/drain.py``). It stays there while at least a batch is waiting, and drops back to ``max_size`` (from which rules 2 and
 3 go on) at the first batch that finds less than one target's worth waiting. A drain batch over budget
 halves the target and lowers the drain's ceiling to the halved size until the drain ends, so the drain
 never re-grows into sizes the SLO cannot afford.
@@ -48,7 +41,7 @@ class Decision:
     """What one observation did: the new target and the rule that set it (for logs and tests)."""
 
     target: int
-    rule: str  # "over_budget" | "drain" | "stream_budget" | "drained" | "backlog" | "busy" | "idle" | ...
+    rule: str  # "over_budget" | "drain" | "drained" | "backlog" | "busy" | "idle" | "steady" | "fixed"
 
 
 class BatchSizeController:
@@ -79,9 +72,7 @@ class BatchSizeController:
         self.target = min(max(start if start is not None else min_size, min_size), max_size)
         self.busy_low, self.busy_high = busy_low, busy_high
         self.draining = False
-        self.late = False  # the drain was entered (or became) late: only the SLO's budget holds it
         self._ceiling = self.drain_max  # lowered by a drain batch over budget, until the drain ends
-        self.stream_s: float | None = None  # moving average service time of max_size batches, not draining
 
     def observe(
         self, size: int, service_s: float, backlog: int, busy: float = 0.0, rate: float = 0.0
@@ -94,22 +85,12 @@ class BatchSizeController:
             if self.draining:
                 self._ceiling = self.target
             return Decision(self.target, "over_budget")
-        late = rate > 0 and backlog > rate * self.slo_s
         if self.draining:
-            self.late = self.late or late
             if backlog < self.target:
                 return self._drained()
-            if not self.late and self.stream_s is not None and service_s > 2 * self.stream_s:
-                self.target = self._ceiling = max(self.max_size, math.floor(self.target / 2))
-                return Decision(self.target, "stream_budget")
             return self._drain()
-        if size == self.max_size:
-            self.stream_s = (
-                service_s if self.stream_s is None else self.stream_s + 0.2 * (service_s - self.stream_s)
-            )
-        saturated = self.target >= self.max_size and size >= self.target and backlog >= self.target
-        if self.drain_max > self.max_size and (late or saturated):
-            self.draining, self.late = True, late
+        if self.drain_max > self.max_size and rate > 0 and backlog > rate * self.slo_s:
+            self.draining = True
             return self._drain()
         if size >= self.target and backlog >= self.target:
             return self._grow("backlog")
@@ -126,7 +107,7 @@ class BatchSizeController:
         return Decision(self.target, "drain")
 
     def _drained(self) -> Decision:
-        self.draining = self.late = False
+        self.draining = False
         self._ceiling = self.drain_max
         self.target = min(self.target, self.max_size)
         return Decision(self.target, "drained")
