@@ -23,8 +23,11 @@ that size, as AIMD does); a burst grows it one step per batch, up to ``max_size`
 latency SLO at its current rate (``backlog > rate x slo``, ``rate`` the items per second it served lately)
 means its events are late already: latency is lost, and only throughput can win it back. That is the
 offline regime, so the target grows past ``max_size``, doubling per batch, up to ``drain_max`` (the
-model's throughput knee, capped by memory: see ``service/engine/drain.py``). It stays there while at least a batch is waiting, and drops back to ``max_size`` (from which rules 2 and
-3 go on) at the first batch that finds less than one target's worth waiting. A drain batch over budget
+model's throughput knee, capped by memory: see ``service/engine/drain.py``). It stays there while at
+least a batch is waiting, and drops back to ``max_size`` (from which rules 2 and 3 go on) at the first
+batch that finds less than one target's worth waiting. Only a late backlog enters it: traffic that
+``max_size`` batches only just keep up with stays in the stream regime, because for a model whose batch
+time grows with its size larger batches there add latency and little throughput. A drain batch over budget
 halves the target and lowers the drain's ceiling to the halved size until the drain ends, so the drain
 never re-grows into sizes the SLO cannot afford.
 """

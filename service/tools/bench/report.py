@@ -77,6 +77,7 @@ def _light_table(scenario: Mapping[str, Any]) -> str:
         "p50 ms",
         "p95 ms",
         "p99 ms",
+        "mean batch",
         "CPU %",
         "CPU us/event",
         "p99 runs",
