@@ -55,11 +55,13 @@ def _run_line(result: Mapping[str, Any]) -> str:
 
 def _scenario_heading(key: str, scenario: Mapping[str, Any]) -> str:
     knee = scenario.get("measured_knee")
-    measured = (
-        f" The defaults row measured a knee (drain ceiling) of {knee} at warm-up; the row pinned at it ran "
-        "batches of that size."
-        if knee
+    pinned = (
+        "; the row pinned at it ran batches of that size"
+        if "service-knee" in scenario.get("systems", {})
         else ""
+    )
+    measured = (
+        f" The defaults row measured a knee (drain ceiling) of {knee} at warm-up{pinned}." if knee else ""
     )
     return (
         f"#### {key}. {scenario.get('title', '')}: `{scenario.get('model', '')}`\n\n"
