@@ -61,7 +61,9 @@ def test_every_scenario_and_system_is_present(quick_run):
 def test_every_input_has_an_output_in_every_kafka_run(quick_run):
     result, _stdout, _left = quick_run
     for key, name, system in kafka_systems(result):
-        for phase in ("throughput", "latency"):
+        spec = next(s for s in SCENARIOS[key].systems if s.name == name)
+        phases = ["throughput"] + ["latency"] * spec.latency + ["light"] * spec.light
+        for phase in phases:
             figures = system[phase]
             where = f"{key}/{name}/{phase}"
             assert figures["complete"], where
