@@ -33,6 +33,7 @@ from service.config import BatchSettings
 from service.engine import knee
 from service.engine.memory import DeviceMemory, MemoryLimit, host_limit, peak_rss
 from service.engine.model import Model
+from service.flow.sizing import batch_budget_s
 from service.processors import prepare
 
 LIMIT = 512
@@ -78,7 +79,7 @@ def drain_ceiling(
         sizes.append(sizes[-1] * 2)
     if wanted is not None and sizes[-1] != wanted:
         sizes.append(wanted)
-    budget_s = (batch.latency_slo_ms - batch.max_wait_ms) / 2000
+    budget_s = batch_budget_s(batch.latency_slo_ms / 1000, batch.max_wait_ms / 1000)
     processor = model.processor
     cost = getattr(processor, "cost", None)
     sample = processor.sample()
@@ -105,9 +106,11 @@ def drain_ceiling(
             break
     measured = tuple((p.size, p.items_per_s) for p in points)
     limit = reading[0] if reading is not None else None
-    size = wanted if wanted is not None and stop == "knee" else points[-1].size
-    source = "setting" if wanted is not None and stop == "knee" else stop
-    if wanted is None and stop == "knee":
+    if stop != "knee":  # the measurement stopped early: the largest size measured is the ceiling
+        size, source = points[-1].size, stop
+    elif wanted is not None:
+        size, source = wanted, "setting"
+    else:
         found = knee.find_knee(points)
         size, source = found.size, "knee" if found.found else "no_knee"
     if limit is not None:

@@ -47,6 +47,12 @@ class Decision:
     rule: str  # "over_budget" | "drain" | "drained" | "backlog" | "busy" | "idle" | "steady" | "fixed"
 
 
+def batch_budget_s(slo_s: float, max_wait_s: float) -> float:
+    """What the latency SLO leaves for one batch: a result waits at most ``max_wait_s`` to be batched,
+    then for the batch ahead of it and its own."""
+    return (slo_s - max_wait_s) / 2
+
+
 class BatchSizeController:
     """AIMD on the target batch size. Not thread-safe: the pipeline loop owns it."""
 
@@ -71,7 +77,7 @@ class BatchSizeController:
         self.max_size = max_size
         self.drain_max = drain_max or max_size
         self.slo_s = slo_s
-        self.budget_s = (slo_s - max_wait_s) / 2
+        self.budget_s = batch_budget_s(slo_s, max_wait_s)
         self.target = min(max(start if start is not None else min_size, min_size), max_size)
         self.busy_low, self.busy_high = busy_low, busy_high
         self.draining = False
