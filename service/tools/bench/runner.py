@@ -153,20 +153,15 @@ class Bench:
                 rate = entry["throughput"].get("events_per_s")
                 usable = entry["throughput"]["complete"] and rate
                 repeats = self.options.latency_repeats if system.name == SERVICE else 1
-                runs = [
-                    self.latency_phase(scenario, system, pool, rate * self.options.latency_load)
-                    for _ in range(repeats if usable and system.latency else 0)
-                ]
-                entry["latency"] = measure.median_run(runs)
-                entry["latency_p99_runs_ms"] = [run.get("p99_ms") for run in runs]
+                half = (rate or 0.0) * self.options.latency_load
+                count = repeats if usable and system.latency else 0
+                entry |= self.latency_runs("latency", scenario, system, pool, half, count)
                 if system.light and self.options.light_rate:
                     light = self.options.latency_repeats if system.name in (SERVICE, PASSTHROUGH) else 1
-                    runs = [
-                        self.latency_phase(scenario, system, pool, self.options.light_rate)
-                        for _ in range(light if usable else 0)
-                    ]
-                    entry["light"] = measure.median_run(runs)
-                    entry["light_p99_runs_ms"] = [run.get("p99_ms") for run in runs]
+                    count = light if usable else 0
+                    entry |= self.latency_runs(
+                        "light", scenario, system, pool, self.options.light_rate, count
+                    )
             else:
                 entry["throughput"] = self.model_phase(scenario, system)
                 entry["latency"] = None
@@ -191,6 +186,14 @@ class Bench:
                 self.options.light_rate,
             ),
         }
+
+    def latency_runs(
+        self, phase: str, scenario: Scenario, system: System, pool: list, rate: float, repeats: int
+    ) -> dict[str, Any]:
+        """``repeats`` latency runs at ``rate``: ``{phase: the run with the median p99, phase +
+        "_p99_runs_ms": every run's p99}``."""
+        runs = [self.latency_phase(scenario, system, pool, rate) for _ in range(repeats)]
+        return {phase: measure.median_run(runs), f"{phase}_p99_runs_ms": [run.get("p99_ms") for run in runs]}
 
     def batch_size(self, scenario: Scenario) -> int:
         """The scenario's ``BATCH__MAX_SIZE`` (of every system but the service's defaults row), unless the
