@@ -96,6 +96,20 @@ def test_figures_are_measured_and_latencies_are_not_negative(quick_run):
                 assert figures["complete"] and figures["events_per_s"] > 0, f"{key}/{system.name}"
 
 
+def test_the_service_half_load_is_half_of_its_stream_regime(quick_run):
+    """The defaults row's half-load runs go at half the drain rate of the same defaults with the drain
+    regime off, and that row never batched past MAX_SIZE."""
+    result, _stdout, _left = quick_run
+    max_size = result["settings"]["batch"]["max_size"]
+    for key in ("A", "B"):
+        systems = result["scenarios"][key]["systems"]
+        stream = systems["service-stream"]["throughput"]
+        half = 0.5 * stream["events_per_s"]
+        assert systems["service"]["latency"]["rate_per_s"] == pytest.approx(half, rel=0.01), key
+        assert systems["service"]["latency_load_of"] == "service-stream", key
+        assert 1 <= stream["mean_batch_size"] <= max_size, key
+
+
 def test_ratios_and_targets_are_computed(quick_run):
     result, _stdout, _left = quick_run
     for key, scenario in result["scenarios"].items():

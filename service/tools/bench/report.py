@@ -47,7 +47,8 @@ def _run_line(result: Mapping[str, Any]) -> str:
         f"window {batch.get('max_wait_ms', NA)} ms, {s.get('partitions', NA)} input partitions, "
         f"intra-op threads {s.get('intra_op_threads', NA)} (0: one per core), "
         f"~{s.get('drain_seconds', NA)} s backlogs; latency runs at {_num(s.get('latency_load'), '{:.0%}')} "
-        f"of each system's own drain rate, {s.get('settle_seconds', NA)} s unmeasured, then "
+        f"of each system's own drain rate (the service's: of its stream regime's, the `service-stream` row, "
+        f"where a scenario has one), {s.get('settle_seconds', NA)} s unmeasured, then "
         f"{s.get('latency_seconds', NA)} s measured; light-load runs at "
         f"{_num(s.get('light_rate'), '{:,.0f}')} events/s."
     )

@@ -8,7 +8,8 @@ consumer group, each with a fresh process:
    the group join are not in it. N is sized from the system's rate hint to give about ``drain_s`` seconds
    of work.
 2. latency: the system starts on an empty topic and answers a few warm-up events (its start-up is not
-   latency); then events are sent at ``latency_load`` (half) of the rate it just drained at, for
+   latency); then events are sent at ``latency_load`` (half) of the rate it just drained at (or, for a
+   system with ``load_of``, the rate that system drained at: the service's stream regime), for
    ``settle_s`` seconds unmeasured and ``latency_s`` seconds measured; each output's timestamp minus its
    input's send time (a header the system passes through) is one sample.
 3. light load (the systems marked ``light``): the same, at the fixed ``light_rate`` events/s, the same
@@ -135,8 +136,11 @@ class Bench:
     def run_scenario(self, scenario: Scenario) -> dict[str, Any]:
         backlog = {s.name: self.backlog_size(s) for s in scenario.systems if s.kafka}
         pools: dict[tuple[str, int], list] = {}
-        systems: dict[str, dict[str, Any]] = {}
-        for system in scenario.systems:
+        entries: dict[str, dict[str, Any]] = {}
+        # A system whose drain rate sets another's latency load is measured first; the rest keep their order
+        # (the defaults row before the row pinned at the knee it measures).
+        bases = {s.load_of for s in scenario.systems}
+        for system in sorted(scenario.systems, key=lambda s: s.name not in bases):
             entry: dict[str, Any] = {"label": system.label}
             if system.kafka:
                 kind, per = system.kind or scenario.kind, system.items_per_message
@@ -150,22 +154,25 @@ class Bench:
                 )
                 if system.name == SERVICE and (knee := entry["throughput"].get("drain_ceiling")):
                     self.knees[scenario.key] = knee
-                rate = entry["throughput"].get("events_per_s")
-                usable = entry["throughput"]["complete"] and rate
+                basis = entries.get(system.load_of, {}) if system.load_of else entry
+                rate = _drain_rate(basis) if _drain_rate(entry) else None
+                if system.load_of:
+                    entry["latency_load_of"] = system.load_of
                 repeats = self.options.latency_repeats if system.name == SERVICE else 1
                 half = (rate or 0.0) * self.options.latency_load
-                count = repeats if usable and system.latency else 0
+                count = repeats if rate and system.latency else 0
                 entry |= self.latency_runs("latency", scenario, system, pool, half, count)
                 if system.light and self.options.light_rate:
                     light = self.options.latency_repeats if system.name in (SERVICE, PASSTHROUGH) else 1
-                    count = light if usable else 0
+                    count = light if _drain_rate(entry) else 0
                     entry |= self.latency_runs(
                         "light", scenario, system, pool, self.options.light_rate, count
                     )
             else:
                 entry["throughput"] = self.model_phase(scenario, system)
                 entry["latency"] = None
-            systems[system.name] = entry
+            entries[system.name] = entry
+        systems = {s.name: entries[s.name] for s in scenario.systems}
         batch_ms = ((systems.get(RAW_ORT) or {}).get("throughput") or {}).get("batch_ms_p50")
         max_wait_ms = self.settings.batch.max_wait_ms
         return {
@@ -388,7 +395,10 @@ class Bench:
 
     def env(self, scenario: Scenario, system: System, overrides: dict[str, str]) -> dict[str, str]:
         size = self.knees.get(scenario.key) if system.pin_knee else None
-        sized = {} if system.defaults else {"BATCH__MAX_SIZE": str(size or self.batch_size(scenario))}
+        max_size = self.settings.batch.max_size if system.defaults else (size or self.batch_size(scenario))
+        sized = {} if system.defaults else {"BATCH__MAX_SIZE": str(max_size)}
+        if not system.drain_regime:
+            sized["BATCH__DRAIN_MAX_SIZE"] = str(max_size)
         return child_env(
             os.environ,
             {
@@ -425,6 +435,12 @@ class Bench:
             self.incomplete.append(f"{scenario.key}/{system.name}/{phase}")
         shown = {k: figures.get(k) for k in ("events_per_s", "p50_ms", "p99_ms", "outputs", "inputs")}
         _say(f"  -> {', '.join(f'{k} {v}' for k, v in shown.items() if v is not None)}")
+
+
+def _drain_rate(entry: dict[str, Any]) -> float | None:
+    """A system's drain rate, if its throughput phase answered every input."""
+    throughput = entry.get("throughput") or {}
+    return throughput.get("events_per_s") if throughput.get("complete") else None
 
 
 def _topic_env(topics: kafka_io.Topics) -> dict[str, str]:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 SERVICE = "service"
 SERVICE_KNEE = "service-knee"
 SERVICE_SWEPT = "service-swept"
+SERVICE_STREAM = "service-stream"
 PASSTHROUGH = "passthrough"
 BATCH_LOOP = "batch-loop"
 NAIVE = "naive"
@@ -53,6 +54,11 @@ class System:
     """Give it a light-load latency run too, at the fixed ``--light-rate``."""
     pin_knee: bool = False
     """Pin ``BATCH__MAX_SIZE`` to the knee the defaults row measured at its warm-up (its drain ceiling)."""
+    drain_regime: bool = True
+    """False: ``BATCH__DRAIN_MAX_SIZE`` = its ``BATCH__MAX_SIZE``, so it never leaves the stream regime."""
+    load_of: str | None = None
+    """Its latency runs go at ``latency_load`` of THIS system's drain rate (None: of its own). That system
+    is measured first."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,8 +88,34 @@ class Scenario:
 
 
 def _service(hint: float, light: bool = False) -> System:
+    """The defaults row. Its half-load latency runs go at half the rate of :func:`_stream`: what its stream
+    regime sustains, the regime whose latency the target bounds (``MAX_WAIT_MS`` + 2 batches of
+    ``MAX_SIZE``). Half its own drain rate would be half of the offline drain regime's throughput, a rate
+    the stream sizes do not serve and at which the bound's batches are not the ones that run."""
     return System(
-        SERVICE, "service, default settings", ("service", "run"), True, hint, defaults=True, light=light
+        SERVICE,
+        "service, default settings",
+        ("service", "run"),
+        True,
+        hint,
+        defaults=True,
+        light=light,
+        load_of=SERVICE_STREAM,
+    )
+
+
+def _stream(hint: float) -> System:
+    """The defaults without the drain regime: the live capacity of the stream regime (batches of up to
+    ``MAX_SIZE``)."""
+    return System(
+        SERVICE_STREAM,
+        "service, default settings without the drain regime (the stream regime's capacity)",
+        ("service", "run"),
+        True,
+        hint,
+        defaults=True,
+        latency=False,
+        drain_regime=False,
     )
 
 
@@ -103,6 +135,7 @@ SCENARIOS: dict[str, Scenario] = {
         kind="metrics",
         systems=(
             _service(100_000, light=True),
+            _stream(55_000),
             # The size pinned (no adaptation, no drain regime) at the knee the defaults row measured at its
             # warm-up, and at the whole-service knee of `microbatch sweep --pipeline` (the scenario's size).
             System(
@@ -140,6 +173,7 @@ SCENARIOS: dict[str, Scenario] = {
         ),
         ratios=(
             Ratio(SERVICE, SERVICE_KNEE, 0.9),
+            Ratio(SERVICE, SERVICE_STREAM),
             Ratio(SERVICE_KNEE, PASSTHROUGH, 0.8),
             Ratio(SERVICE, SERVICE_SWEPT),
             Ratio(SERVICE_SWEPT, PASSTHROUGH),
@@ -158,6 +192,7 @@ SCENARIOS: dict[str, Scenario] = {
         kind="logs",
         systems=(
             _service(4_000),
+            _stream(3_000),
             _baseline(RAW_ORT, "raw ONNX Runtime, no Kafka (model ceiling)", False, 0),
             # The service groups items of similar length into a batch (less padding); batches sorted by
             # length are the best any batching can do at this size, so this is the stricter ceiling. Both
@@ -170,6 +205,7 @@ SCENARIOS: dict[str, Scenario] = {
         ratios=(
             Ratio(SERVICE, RAW_ORT_SORTED, 0.8),
             Ratio(SERVICE, RAW_ORT, 0.9),
+            Ratio(SERVICE, SERVICE_STREAM),
             Ratio(SERVICE, NAIVE),
         ),
     ),

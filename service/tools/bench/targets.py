@@ -55,18 +55,21 @@ def evaluate(
     light_rate: float = 0.0,
 ) -> list[dict[str, Any]]:
     """Every throughput ratio of the scenario, then the service's latency target (its latency run was at
-    ``load`` times its own drain rate; the target is stated for half), then, where the service had a
+    ``load`` times its own drain rate, or that of the system its ``latency_load_of`` names, its stream
+    regime; the target is stated for half), then, where the service had a
     light-load run at ``light_rate``: its p99 against the passthrough's, and its CPU per event against the
     consume(32) loop's, at that same rate."""
     verdicts = []
     for r in ratios:
         value = ratio(throughput_of(systems, r.numerator), throughput_of(systems, r.denominator))
         verdicts.append(_verdict(f"{r.numerator} / {r.denominator} throughput", value, ">=", r.minimum))
-    latency = (systems.get(SERVICE) or {}).get("latency") or {}
+    service = systems.get(SERVICE) or {}
+    latency = service.get("latency") or {}
     bound = latency_bound_ms(max_wait_ms, batch_inference_ms)
+    basis = f"{service['latency_load_of']}'s" if service.get("latency_load_of") else "its"
     verdicts.append(
         _verdict(
-            f"{SERVICE} p99 latency at {load:.0%} of its drain rate (ms)",
+            f"{SERVICE} p99 latency at {load:.0%} of {basis} drain rate (ms)",
             latency.get("p99_ms"),
             "<=",
             None if bound is None else round(bound, 2),

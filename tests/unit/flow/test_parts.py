@@ -40,6 +40,18 @@ def test_the_backlog_rereads_the_lag_only_once_its_copy_is_old(clock):
     assert source.lag_reads == 2
 
 
+def test_the_backlog_is_reread_after_a_millisecond_per_partition(clock):
+    source = CountingSource(clock, [])  # two partitions: at least 2 ms
+    backlog = Backlog(source, clock)
+    backlog.total()
+    clock.advance(0.0015)
+    backlog.total()
+    assert source.lag_reads == 1
+    clock.advance(0.001)
+    backlog.total()
+    assert source.lag_reads == 2
+
+
 def test_back_pressure_pauses_at_the_limit_resumes_at_half_and_only_then_resumes_new_partitions(clock):
     events: list = []
     pressure = BackPressure(FakeSource([], clock, events), limit=10)

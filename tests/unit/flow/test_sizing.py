@@ -192,6 +192,61 @@ def test_a_drain_batch_over_budget_halves_and_caps_the_drain_until_it_ends():
     assert targets[-1] == 256
 
 
+# -- the stretch: past max_size while batches are cheap -----------------------------------------------
+
+CHEAP = 0.0005  # a batch of a transport-bound model; the window's tenth is 5 ms
+
+
+def test_cheap_full_batches_with_more_waiting_stretch_past_max_size_by_an_eighth_per_batch():
+    sizer = draining()
+    decisions = [sizer.observe(sizer.target, CHEAP, backlog=500, rate=10_000) for _ in range(4)]
+    assert [(d.rule, d.target) for d in decisions] == [("stretch", t) for t in (18, 20, 22, 24)]
+    assert not sizer.draining  # 500 < 10,000 x 0.25: live traffic, not late
+
+
+def test_a_batch_costlier_than_a_tenth_of_the_window_does_not_stretch():
+    sizer = draining()
+    assert sizer.cheap_s == pytest.approx(WAIT / 10)
+    decision = sizer.observe(16, WAIT / 10 + 0.001, backlog=500, rate=10_000)
+    assert (decision.rule, decision.target) == ("backlog", 16)
+
+
+def test_the_stretch_stops_at_the_drain_ceiling_and_needs_one():
+    sizer = draining(drain_max=20)
+    targets = [sizer.observe(sizer.target, CHEAP, backlog=500, rate=10_000).target for _ in range(8)]
+    assert targets[-1] == 20
+    no_ceiling = make(start=16)  # drain_max defaults to max_size
+    assert no_ceiling.observe(16, CHEAP, backlog=500).target == 16
+
+
+def test_the_stretch_needs_a_full_batch_and_another_waiting():
+    assert draining().observe(10, CHEAP, backlog=500, rate=10_000).target == 16  # a partial batch
+    assert draining().observe(16, CHEAP, backlog=8, rate=10_000).rule == "steady"  # less than a batch
+
+
+def test_a_stretched_target_shrinks_back_as_the_load_falls():
+    sizer = draining(start=16)
+    for _ in range(5):
+        sizer.observe(sizer.target, CHEAP, backlog=500, rate=10_000)
+    assert sizer.target == 27
+    targets = [sizer.observe(5, CHEAP, backlog=0, busy=0.1).target for _ in range(8)]
+    assert targets == [24, 21, 19, 17, 16, 15, 14, 13]  # by an eighth to max_size, then the idle rule
+
+
+def test_a_stretched_target_hovers_at_the_size_that_keeps_up():
+    """Past max_size, a batch that finds less than a full batch waiting shrinks the target by an eighth
+    (within max_size the same backlog holds it): a step either way around the smallest size that keeps
+    up."""
+    sizer = draining(start=16)
+    for _ in range(2):
+        sizer.observe(sizer.target, CHEAP, backlog=500, rate=10_000)
+    assert sizer.target == 20
+    assert (sizer.observe(20, CHEAP, backlog=19, rate=10_000).rule, sizer.target) == ("unstretch", 18)
+    assert sizer.observe(18, CHEAP, backlog=18, rate=10_000).target == 20  # a full batch waits again
+    sizer.target = 16
+    assert sizer.observe(16, CHEAP, backlog=12, rate=10_000).rule == "steady"
+
+
 def test_a_fixed_size_never_drains():
     assert FixedBatchSize(16).observe(16, FAST, backlog=100_000, rate=10_000).target == 16
 
@@ -222,7 +277,8 @@ class FakeClock:
 def test_sizing_enters_and_leaves_the_drain_on_a_fake_clock():
     """Both transitions through the part the loop uses: a backlog of 50,000 served at 16 per millisecond
     (16,000/s clears 4,000 within the SLO) grows the target to the ceiling once the rate is known; once it
-    is gone, the target is back within the streaming sizes at once."""
+    is gone, the target is back within the streaming sizes at once. (Batches of 6 ms: too dear to stretch
+    past MAX_SIZE, so the streaming sizes stay within it.)"""
     clock = FakeClock()
     sizing = Sizing(draining(drain_max=128, start=4), clock)
     backlog, targets = 50_000, []
@@ -231,7 +287,7 @@ def test_sizing_enters_and_leaves_the_drain_on_a_fake_clock():
         size = min(target, backlog)
         backlog -= size
         clock.now += 0.001 * size / 16
-        target = sizing.observe(size, 0.0005, backlog)
+        target = sizing.observe(size, 0.006, backlog)
         targets.append(target)
     assert max(targets) == 128
     assert targets[:5] == [5, 16, 32, 64, 128]  # one step before a rate is known, then doubling
