@@ -83,8 +83,8 @@ class BatchSettings(Section):
     """Micro-batching: a batch is cut at the target size, or when its oldest item has waited ``max_wait_ms``.
 
     With ``adaptive`` on, the target moves within [``min_size``, ``max_size``] with load, and up to
-    ``drain_max_size`` while a backlog is late (see ``service/flow/sizing.py``); off, it is always
-    ``max_size``.
+    ``drain_max_size`` while batches are cheap and another waits (the stretch) or a backlog is late (the
+    drain regime; see ``service/flow/sizing.py``); off, it is always ``max_size``.
     """
 
     min_size: int = Field(4, ge=1, le=65_536)
@@ -92,9 +92,9 @@ class BatchSettings(Section):
     max_size: int = Field(16, ge=1, le=65_536, validate_default=True)
     max_wait_ms: float = Field(50.0, gt=0, le=60_000)
     drain_max_size: int | None = Field(None, ge=1, le=65_536)
-    """The largest batch while draining a late backlog (the drain regime); unset: the model's throughput
-    knee, measured at warm-up (``service/engine/drain.py``). Either way capped so that peak memory stays
-    under 70% of the limit. Equal to ``max_size``: no drain regime."""
+    """The largest batch while draining a late backlog (the drain regime) or stretching past ``max_size``;
+    unset: the model's throughput knee, measured at warm-up (``service/engine/drain.py``). Either way
+    capped so that peak memory stays under 70% of the limit. Equal to ``max_size``: neither."""
     adaptive: bool = True
     """Move the target size with load (grow on backlog, halve when a batch overruns the SLO budget)."""
     latency_slo_ms: float = Field(250.0, gt=0, le=600_000, validate_default=True)

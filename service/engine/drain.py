@@ -1,5 +1,5 @@
 """The drain ceiling: how large a batch may grow while a backlog is late (the drain regime of
-``service/flow/sizing.py``), resolved once at start-up.
+``service/flow/sizing.py``) or while cheap batches stretch past ``MAX_SIZE``, resolved once at start-up.
 
 Contract:
 
@@ -19,7 +19,7 @@ Contract:
   measured after each size: on CPU the peak resident set against the cgroup limit, else the RAM; on CUDA
   the device's memory through NVML when nvidia-ml-py is installed (else no memory cap, and the log says
   so).
-- The ceiling is never below ``MAX_SIZE``; equal to it, there is no drain regime.
+- The ceiling is never below ``MAX_SIZE``; equal to it, there is no drain regime and no stretch.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-POM = Path(__file__).resolve().parents[2] / "deploy" / "kafka-local" / "pom.xml"
+POM = Path(__file__).resolve().parents[3] / "deploy" / "kafka-local" / "pom.xml"
 
 
 def describe() -> dict[str, Any]:

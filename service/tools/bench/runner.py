@@ -199,7 +199,7 @@ class Bench:
     ) -> dict[str, Any]:
         """``repeats`` latency runs at ``rate``: ``{phase: the run with the median p99, phase +
         "_p99_runs_ms": every run's p99}``."""
-        runs = [self.latency_phase(scenario, system, pool, rate) for _ in range(repeats)]
+        runs = [self.latency_phase(scenario, system, pool, rate, f"{phase}-{i + 1}") for i in range(repeats)]
         return {phase: measure.median_run(runs), f"{phase}_p99_runs_ms": [run.get("p99_ms") for run in runs]}
 
     def batch_size(self, scenario: Scenario) -> int:
@@ -241,12 +241,16 @@ class Bench:
         self._check(scenario, system, "throughput", figures)
         return figures
 
-    def latency_phase(self, scenario: Scenario, system: System, pool: list, rate: float) -> dict[str, Any]:
+    def latency_phase(
+        self, scenario: Scenario, system: System, pool: list, rate: float, log_name: str = "latency"
+    ) -> dict[str, Any]:
+        """One latency run at ``rate``; ``log_name`` names its log (``latency-2``: the second half-load
+        run)."""
         settle_s, seconds = self.options.settle_s, self.options.latency_s
         per = system.items_per_message
         count = max(_MIN_EVENTS // 4, round(rate * (settle_s + seconds))) // per
         _say(f"[{scenario.key}] {system.name}: {count:,} messages at {rate:,.0f} items/s for latency")
-        run = self.kafka_run(scenario, system, cycle(pool, count), rate=rate / per, settle_s=settle_s)
+        run = self.kafka_run(scenario, system, cycle(pool, count), rate / per, settle_s, log_name)
         measured: list[measure.Output] = run["measured"]
         latencies = measure.latencies_ms(measured)
         sent_from, sent_to = run["sending_s"]
@@ -299,13 +303,20 @@ class Bench:
         return figures
 
     def kafka_run(
-        self, scenario: Scenario, system: System, events: list, rate: float, settle_s: float = 0.0
+        self,
+        scenario: Scenario,
+        system: System,
+        events: list,
+        rate: float,
+        settle_s: float = 0.0,
+        log_name: str | None = None,
     ) -> dict[str, Any]:
         """Fresh topics and group. ``rate`` 0: load ``events`` as a backlog, then start the system. Else:
         start it, let it answer a few warm-up events, then send ``events`` at ``rate`` messages per
-        second; ``inputs`` count items (``items_per_message`` per message); ``measured`` are
-        the outputs of those sent after the first ``settle_s`` seconds. Then wait until every input is
-        answered (or the system stalls), stop the system and read its outputs back."""
+        second; ``inputs`` count items (``items_per_message`` per message); ``measured`` are the outputs
+        of those sent after the first ``settle_s`` seconds. Then wait until every input is answered (or
+        the system stalls), stop the system and read its outputs back. ``log_name`` (default: the phase)
+        names the system's log."""
         phase = "latency" if rate else "throughput"
         topics = kafka_io.Topics.fresh(f"bench.{scenario.key}.{system.name}.{phase}")
         parts = self.options.partitions
@@ -321,7 +332,8 @@ class Bench:
             if not rate:
                 sender.send(topics.input, events)
             env = self.env(scenario, system, {"KAFKA__GROUP_ID": group, **_topic_env(topics)})
-            log_path = self.options.log_dir / self.run_id / f"{scenario.key}-{system.name}-{phase}.log"
+            log = f"{scenario.key}-{system.name}-{log_name or phase}.log"
+            log_path = self.options.log_dir / self.run_id / log
             child = start(system.argv, env, log_path)
             try:
                 with Sampler(child.pid) as sampler:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
+from service.tools.bench import machine
 from service.tools.bench.measure import (
     Output,
     Sample,
@@ -165,3 +168,9 @@ def test_cpu_per_event_is_cpu_seconds_per_event_in_microseconds():
     assert cpu_per_event_us(20.0, 2000.0) == 100.0  # a fifth of a core for 2,000 events/s
     assert cpu_per_event_us(None, 2000.0) is None
     assert cpu_per_event_us(20.0, 0.0) is None
+
+
+def test_the_local_broker_version_is_read_from_the_repository_pom():
+    """The results file names the Apache Kafka version the local broker is built from."""
+    version = machine.broker_version(machine.POM)
+    assert version is not None and re.fullmatch(r"\d+\.\d+\.\d+", version)

@@ -48,6 +48,7 @@ class Recording(Bench):
     def __init__(self, opts: Options) -> None:
         super().__init__(opts, load_settings())
         self.calls: list[tuple[str, str, float]] = []
+        self.log_names: list[str] = []
 
     def throughput_phase(self, scenario: Scenario, system: System, events: list) -> dict[str, Any]:
         self.calls.append(("drain", system.name, 0.0))
@@ -58,8 +59,11 @@ class Recording(Bench):
             "drain_ceiling": 512 if system.name == SERVICE else None,
         }
 
-    def latency_phase(self, scenario: Scenario, system: System, pool: list, rate: float) -> dict[str, Any]:
+    def latency_phase(
+        self, scenario: Scenario, system: System, pool: list, rate: float, log_name: str = "latency"
+    ) -> dict[str, Any]:
         self.calls.append(("latency", system.name, rate))
+        self.log_names.append(f"{system.name}-{log_name}")
         return {"p99_ms": 10.0, "rate_per_s": rate}
 
     def model_phase(self, scenario: Scenario, system: System) -> dict[str, Any]:
@@ -94,6 +98,12 @@ def test_the_stream_row_drains_first_and_the_report_keeps_the_declared_order(ben
     assert drains.index(SERVICE) < drains.index(SERVICE_KNEE)  # the knee is the defaults row's
     assert list(result["systems"]) == [s.name for s in scenario.systems]
     assert not any(name == SERVICE_STREAM for phase, name, _ in bench.calls if phase == "latency")
+
+
+def test_every_latency_run_has_a_log_of_its_own(bench):
+    bench.run_scenario(SCENARIOS["A"])
+    service_logs = [name for name in bench.log_names if name.startswith(f"{SERVICE}-")]
+    assert service_logs == [f"{SERVICE}-{phase}-{i}" for phase in ("latency", "light") for i in (1, 2, 3)]
 
 
 def test_other_systems_keep_half_their_own_drain_rate(bench):
