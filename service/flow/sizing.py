@@ -20,8 +20,10 @@ the target. The rules, applied per batch, in order:
    of 64 takes 0.2 ms) settles at the size that keeps up, where 16 would fall behind until the backlog
    is late. A batch that costs more (``log-classifier``: 6 ms for 16 lines on two cores) stays within
    ``max_size``, where larger batches only add latency. A stretched target shrinks by the same eighth at
-   every batch that finds less than a full batch waiting, so under steady load it hovers around the
-   smallest size that keeps up, and falls back to ``max_size`` as the load does.
+   every full batch that finds less than a full batch waiting, so under steady load it hovers around the
+   smallest size that keeps up, and it drops back to ``max_size`` at the first batch the window cut
+   before it was full: the load is gone, and a stretched target would make light traffic wait the whole
+   window.
 3. **Idle -> additive decrease.** With nothing waiting and the loop busy less than ``busy_low`` of the
    time, shrink by one: a smaller target cuts batches sooner, which is lower latency at no throughput cost.
 
@@ -114,6 +116,12 @@ class BatchSizeController:
         if self.drain_max > self.max_size and rate > 0 and backlog > rate * self.slo_s:
             self.draining = True
             return self._drain()
+        if self.target > self.max_size and size < self.target:
+            # Cut by the window before it filled: the load no longer needs the stretch. (With batches
+            # handed to an inference thread, one cut before the target grew looks the same; it only
+            # costs a regrowth.)
+            self.target = self.max_size
+            return Decision(self.target, "unstretch")
         if size >= self.target and backlog >= self.target:
             if self.target >= self.max_size and service_s <= self.cheap_s:
                 return self._grow("stretch", self.drain_max, max(1, self.target // 8))

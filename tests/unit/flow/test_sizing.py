@@ -224,13 +224,16 @@ def test_the_stretch_needs_a_full_batch_and_another_waiting():
     assert draining().observe(16, CHEAP, backlog=8, rate=10_000).rule == "steady"  # less than a batch
 
 
-def test_a_stretched_target_shrinks_back_as_the_load_falls():
+def test_a_stretched_target_drops_to_max_size_at_the_first_batch_the_window_cut():
+    """When the load goes, the last batches are cut by the window before they fill; a target left
+    stretched would make the next light traffic wait the whole window, batch after batch."""
     sizer = draining(start=16)
     for _ in range(5):
         sizer.observe(sizer.target, CHEAP, backlog=500, rate=10_000)
     assert sizer.target == 27
-    targets = [sizer.observe(5, CHEAP, backlog=0, busy=0.1).target for _ in range(8)]
-    assert targets == [24, 21, 19, 17, 16, 15, 14, 13]  # by an eighth to max_size, then the idle rule
+    decision = sizer.observe(9, CHEAP, backlog=0, busy=0.1)
+    assert (decision.rule, decision.target) == ("unstretch", 16)
+    assert [sizer.observe(5, CHEAP, backlog=0, busy=0.1).target for _ in range(3)] == [15, 14, 13]
 
 
 def test_a_stretched_target_hovers_at_the_size_that_keeps_up():
