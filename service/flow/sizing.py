@@ -124,10 +124,10 @@ class BatchSizeController:
             return Decision(self.target, "unstretch")
         if size >= self.target and backlog >= self.target:
             if self.target >= self.max_size and service_s <= self.cheap_s:
-                return self._grow("stretch", self.drain_max, max(1, self.target // 8))
+                return self._grow("stretch", self.drain_max, self._eighth())
             return self._grow("backlog")
         if self.target > self.max_size and backlog < self.target:
-            self.target = max(self.max_size, self.target - max(1, self.target // 8))
+            self.target = max(self.max_size, self.target - self._eighth())
             return Decision(self.target, "unstretch")
         if busy > self.busy_high:
             return self._grow("busy")
@@ -146,6 +146,10 @@ class BatchSizeController:
         self._ceiling = self.drain_max
         self.target = min(self.target, self.max_size)
         return Decision(self.target, "drained")
+
+    def _eighth(self) -> int:
+        """The stretch's step either way: an eighth of the target, at least one."""
+        return max(1, self.target // 8)
 
     def _grow(self, rule: str, top: int | None = None, step: int = 1) -> Decision:
         self.target = max(self.target, min(self.target + step, top or self.max_size))

@@ -154,8 +154,9 @@ class Bench:
                 )
                 if system.name == SERVICE and (knee := entry["throughput"].get("drain_ceiling")):
                     self.knees[scenario.key] = knee
+                drained = _drain_rate(entry)
                 basis = entries.get(system.load_of, {}) if system.load_of else entry
-                rate = _drain_rate(basis) if _drain_rate(entry) else None
+                rate = _drain_rate(basis) if drained else None
                 if system.load_of:
                     entry["latency_load_of"] = system.load_of
                 repeats = self.options.latency_repeats if system.name == SERVICE else 1
@@ -164,7 +165,7 @@ class Bench:
                 entry |= self.latency_runs("latency", scenario, system, pool, half, count)
                 if system.light and self.options.light_rate:
                     light = self.options.latency_repeats if system.name in (SERVICE, PASSTHROUGH) else 1
-                    count = light if _drain_rate(entry) else 0
+                    count = light if drained else 0
                     entry |= self.latency_runs(
                         "light", scenario, system, pool, self.options.light_rate, count
                     )
