@@ -108,11 +108,18 @@ def _given(value: float | None, default: float) -> float:
 
 def run_bench(options: Options, settings: Settings) -> int:
     """Run, write the results file, print the Markdown tables. Exit 1 if any system lost or stalled."""
-    from service.tools.bench import report
+    from service.tools.bench import machine, report
     from service.tools.bench.runner import Bench
 
     bench = Bench(options, settings)
     bench.check_broker()
+    if machine.autogroup(machine.AUTOGROUP):
+        print(
+            "note: kernel.sched_autogroup_enabled=1 shares CPU per session, so a broker on this machine "
+            "stalls its clients when short of CPU (latency tails of 100-300 ms on 2 cores); for comparable "
+            "latency figures run with it at 0 (sysctl -w kernel.sched_autogroup_enabled=0)",
+            file=sys.stderr,
+        )
     result = bench.run()
     options.out.parent.mkdir(parents=True, exist_ok=True)
     options.out.write_text(json.dumps(result, indent=2) + "\n")

@@ -10,11 +10,13 @@ from pathlib import Path
 from typing import Any
 
 POM = Path(__file__).resolve().parents[3] / "deploy" / "kafka-local" / "pom.xml"
+AUTOGROUP = Path("/proc/sys/kernel/sched_autogroup_enabled")
 
 
 def describe() -> dict[str, Any]:
     """CPU model, cores, memory, OS, Python, client libraries, ONNX Runtime, the local broker's version,
-    and the load average when the run started (other work on the machine skews every figure)."""
+    the load average when the run started (other work on the machine skews every figure), and whether the
+    kernel shares CPU time per session (see :func:`autogroup`)."""
     import confluent_kafka
     import onnxruntime
     import psutil  # the bench extra; the sweep reads only cpu_model() from here
@@ -31,6 +33,7 @@ def describe() -> dict[str, Any]:
         "onnxruntime_providers": onnxruntime.get_available_providers(),
         "kafka_broker": broker_version(POM),
         "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
+        "sched_autogroup": autogroup(AUTOGROUP),
     }
 
 
@@ -57,6 +60,20 @@ def cpu_model() -> str | None:
     except OSError:
         pass
     return platform.processor() or None
+
+
+def autogroup(path: Path) -> bool | None:
+    """Whether Linux shares CPU time per session before per thread (``kernel.sched_autogroup_enabled``);
+    None where the kernel has no such setting.
+
+    It matters to a benchmark that runs its broker on the same machine: ``kafka.sh`` starts the broker in
+    a session of its own, so with autogroup on, its threads compete for CPU as one group against the
+    group of the bench and the system under test. On two cores, a broker GC pause that needed 20 ms of
+    CPU then took up to 200 ms of wall time, stalling every client (docs/BENCHMARKS.md)."""
+    try:
+        return path.read_text().strip() == "1"
+    except OSError:
+        return None
 
 
 def broker_version(pom: Path) -> str | None:

@@ -19,6 +19,10 @@ from typing import Any
 BEGIN = "<!-- bench-results:begin -->"
 END = "<!-- bench-results:end -->"
 NA = "n/a"
+_AUTOGROUP = {
+    True: "scheduler autogroup on (CPU shared per session: broker apart from the clients)",
+    False: "scheduler autogroup off",
+}
 
 
 def render(result: Mapping[str, Any]) -> str:
@@ -39,7 +43,8 @@ def _run_line(result: Mapping[str, Any]) -> str:
     return (
         f"Run {run.get('date', NA)}{quick}, {_num(run.get('duration_s'), '{:.0f}')} s in all. "
         f"Machine: {m.get('cpu_model', NA)}, {m.get('cores', NA)} cores, {m.get('memory_gib', NA)} GiB, "
-        f"{m.get('os', NA)}; load average at start {m.get('load_average_at_start', NA)}. "
+        f"{m.get('os', NA)}; load average at start {m.get('load_average_at_start', NA)}; "
+        f"{_AUTOGROUP.get(m.get('sched_autogroup'), 'scheduler autogroup not known')}. "
         f"Python {m.get('python', NA)}, confluent-kafka {m.get('confluent_kafka', NA)} "
         f"(librdkafka {m.get('librdkafka', NA)}), onnxruntime {m.get('onnxruntime', NA)}, "
         f"Apache Kafka {m.get('kafka_broker', NA)} (single local broker). "

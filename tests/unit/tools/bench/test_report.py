@@ -10,7 +10,13 @@ from service.tools.bench.report import BEGIN, END, main, render, replace_block, 
 
 RESULT = {
     "run": {"date": "2026-01-02T03:04:05+00:00", "quick": False, "duration_s": 321.0},
-    "machine": {"cpu_model": "Some CPU", "cores": 2, "memory_gib": 8.0, "kafka_broker": "4.4.0"},
+    "machine": {
+        "cpu_model": "Some CPU",
+        "cores": 2,
+        "memory_gib": 8.0,
+        "kafka_broker": "4.4.0",
+        "sched_autogroup": False,
+    },
     "settings": {"batch": {"min_size": 4, "max_size": 16, "max_wait_ms": 50.0}, "partitions": 4},
     "scenarios": {
         "A": {
@@ -97,6 +103,9 @@ def test_the_run_line_names_the_date_machine_and_settings():
     for expected in ("2026-01-02T03:04:05+00:00", "Some CPU", "2 cores", "Apache Kafka 4.4.0", "batch 4-16"):
         assert expected in first
     assert "quick" not in first
+    assert "scheduler autogroup off" in first
+    autogroup = render(RESULT | {"machine": RESULT["machine"] | {"sched_autogroup": True}}).splitlines()[0]
+    assert "scheduler autogroup on" in autogroup
     quick = render(RESULT | {"run": RESULT["run"] | {"quick": True}}).splitlines()[0]
     assert "not for comparison" in quick
 
