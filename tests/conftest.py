@@ -18,7 +18,14 @@ from pathlib import Path
 import pytest
 
 from service.tools.topics import TopicAdmin
-from tests.support.broker import KAFKA_DOWN_TIMEOUT_S, KAFKA_SH, MakeTopic, kafka_sh, make_topic_factory
+from tests.support.broker import (
+    KAFKA_DOWN_TIMEOUT_S,
+    KAFKA_SH,
+    MakeTopic,
+    external_bootstrap,
+    kafka_sh,
+    make_topic_factory,
+)
 
 TESTS_DIR = Path(__file__).resolve().parent
 TIER_MARKERS = {"integration": pytest.mark.integration, "chaos": pytest.mark.chaos}
@@ -36,7 +43,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="session")
 def kafka_bootstrap() -> Iterator[str]:
     """Bootstrap servers of a running broker, e.g. ``"127.0.0.1:9092"``."""
-    external = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip()
+    external = external_bootstrap()
     if external:
         yield external
         return

@@ -3,7 +3,6 @@ configures it with."""
 
 from __future__ import annotations
 
-import os
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -11,6 +10,8 @@ from collections.abc import Callable
 import pytest
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource
+
+from tests.support.broker import external_bootstrap
 
 N_MESSAGES = 100
 N_KEYS = 10
@@ -108,7 +109,7 @@ def test_log_cleaner_buffer_leaves_the_heap_to_clients(kafka_bootstrap: str) -> 
     on the heap for good once __consumer_offsets is first cleaned, and at 128 MiB of a 512 MiB heap G1
     collected back to back under load, stalling every client for 100-300 ms at a time. A misspelt
     property would be ignored by the broker, so this reads back what it runs with."""
-    if os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip():
+    if external_bootstrap():
         pytest.skip("an external broker (KAFKA_BOOTSTRAP_SERVERS) is not configured by kafka.sh")
     admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
     broker = ConfigResource(ConfigResource.Type.BROKER, "1")

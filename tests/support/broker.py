@@ -28,6 +28,11 @@ KAFKA_UP_TIMEOUT_S = 240
 KAFKA_DOWN_TIMEOUT_S = 60
 
 
+def external_bootstrap() -> str:
+    """``KAFKA_BOOTSTRAP_SERVERS``: a broker the tests use instead of starting kafka.sh's (empty: none)."""
+    return os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip()
+
+
 def kafka_sh(
     command: str, env: dict[str, str], timeout: float = KAFKA_UP_TIMEOUT_S
 ) -> subprocess.CompletedProcess[str]:
