@@ -10,6 +10,8 @@ partitions assigned, revoked and lost.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from itertools import groupby
+from operator import attrgetter
 
 import structlog
 
@@ -19,6 +21,8 @@ from service.flow.ports import SinkLike, SourceLike, TelemetryLike
 from service.flow.records import InputRecord, TopicPartition
 
 _log = structlog.get_logger("microbatch.checkpoint")
+
+_TP = attrgetter("topic", "partition")  # a record's TopicPartition
 
 
 class Checkpoint:
@@ -49,16 +53,24 @@ class Checkpoint:
         """Record that ``records`` were consumed. A partition rewound without a rebalance (offset reset,
         log truncation) starts its bookkeeping afresh: what is re-read is processed again (duplicates,
         never a loss)."""
-        track = self._tracker.track
-        for record in records:  # per message: keep it lean
+        track_run = self._tracker.track_run
+        # A consume returns each partition's messages in runs: one call per run, not per message.
+        for tp, run in groupby(records, _TP):
+            offsets = [record.offset for record in run]
             try:
-                track((record.topic, record.partition), record.offset)
+                track_run(tp, offsets)
             except OffsetOrderError:
-                _log.warning(
-                    "partition_rewound", partition=f"{record.topic}[{record.partition}]", offset=record.offset
-                )
-                self._tracker.forget([record.tp])
-                self._tracker.track(record.tp, record.offset)
+                self._track_rewound(tp, offsets)
+
+    def _track_rewound(self, tp: TopicPartition, offsets: list[int]) -> None:
+        """One by one, starting the partition afresh at each offset below the last tracked."""
+        for offset in offsets:
+            try:
+                self._tracker.track(tp, offset)
+            except OffsetOrderError:
+                _log.warning("partition_rewound", partition=f"{tp[0]}[{tp[1]}]", offset=offset)
+                self._tracker.forget([tp])
+                self._tracker.track(tp, offset)
 
     def expect(self, counts: Sequence[tuple[InputRecord, int]]) -> None:
         """Messages just tracked that hold other than one item: each is done when that many outputs are
@@ -76,9 +88,10 @@ class Checkpoint:
     def acknowledge(self, acked: Sequence[InputRecord]) -> int:
         """Fold acknowledged deliveries into the watermarks and store whatever moved; send replacements
         for outputs the broker refused for good. Returns how many replacements were sent."""
-        done = self._tracker.done
-        for record in acked:
-            done((record.topic, record.partition), record.offset)
+        done_run = self._tracker.done_run
+        # Acks come in the order of the output's partitions: sorted (stable, in C) into input runs.
+        for tp, run in groupby(sorted(acked, key=_TP), _TP):
+            done_run(tp, [record.offset for record in run])
         if acked:
             self._telemetry.acknowledged(len(acked))
         offsets = self._tracker.take_committable()

@@ -19,7 +19,9 @@ says how many (none: done at once, e.g. a request without log records).
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from itertools import islice, repeat
+from operator import lt
 
 from service.errors import OffsetOrderError
 from service.flow.records import TopicPartition
@@ -59,6 +61,22 @@ class OffsetTracker:
         part.order.append(offset)
         part.outstanding[offset] = 1
 
+    def track_run(self, tp: TopicPartition, offsets: Sequence[int]) -> None:
+        """``track`` for each of ``offsets`` of ``tp``, in one call: what one consume returned of a
+        partition. The same rules, checked per run rather than per offset (this runs per message).
+        Raises OffsetOrderError, tracking none of them, unless they rise strictly from above every
+        offset already tracked for ``tp``."""
+        if not offsets:
+            return
+        part = self._parts.get(tp)
+        if part is None:
+            part = self._parts[tp] = _Partition()
+        floor = part.order[-1] + 1 if part.order else part.committable
+        if (floor is not None and offsets[0] < floor) or not all(map(lt, offsets, islice(offsets, 1, None))):
+            raise OffsetOrderError(f"{tp}: offsets {offsets[0]}..{offsets[-1]} not rising from {floor}")
+        part.order.extend(offsets)
+        part.outstanding.update(zip(offsets, repeat(1)))
+
     def expect(self, tp: TopicPartition, offset: int, outputs: int) -> None:
         """``offset``, just tracked, has ``outputs`` outputs rather than one; with none, it is done now.
         An offset no longer tracked (its partition rewound later in the same consumed group, so it was
@@ -93,6 +111,26 @@ class OffsetTracker:
                 part.committable = order.popleft() + 1
             self._moved.add(tp)
         return True
+
+    def done_run(self, tp: TopicPartition, offsets: Sequence[int]) -> None:
+        """``done`` for each of ``offsets`` of ``tp``, in one call (acks of one partition arriving
+        together); the watermark moves once, after all of them."""
+        part = self._parts.get(tp)
+        if part is None:
+            self.stale_acks += len(offsets)
+            return
+        outstanding = part.outstanding
+        if self._extra:  # some message awaits several outputs: count them one by one
+            for offset in offsets:
+                self.done(tp, offset)
+            return
+        # One output per offset: each ack removes its entry (None: not in flight, a stale ack).
+        self.stale_acks += list(map(outstanding.pop, offsets, repeat(None))).count(None)
+        order = part.order
+        if order and order[0] not in outstanding:
+            while order and order[0] not in outstanding:
+                part.committable = order.popleft() + 1
+            self._moved.add(tp)
 
     def take_committable(self) -> dict[TopicPartition, int]:
         """The next offset to commit for every partition whose watermark moved since the last call."""

@@ -18,7 +18,7 @@ from service.flow.assembly import dead_letters
 from service.flow.encode import ModelRef, dead_letter, replace_refused, result_record, row_record
 from service.flow.inference import Finished
 from service.flow.ports import SinkLike, TelemetryLike
-from service.flow.records import Decoded, Rejection
+from service.flow.records import Decoded, OutRecord, Rejection
 
 _log = structlog.get_logger("microbatch.outputs")
 
@@ -45,10 +45,13 @@ class Outputs:
         self._wall_ms = wall_ms
 
     def batch(self, done: Finished) -> None:
-        """Queue one output per item of ``done``, in batch order, and report the batch."""
+        """Queue one output per item of ``done``, in batch order (the results together, acknowledged
+        together; a dead letter at once), and report the batch."""
         produced_ms = self._wall_ms()
         now = self._clock()
-        topic, model, size, send = self._topic, self._model, len(done.batch), self._sink.send
+        topic, model, size = self._topic, self._model, len(done.batch)
+        outs: list[OutRecord] = []
+        send = outs.append
         event_ms = []
         for item, result in done.answers:  # per message: keep it lean
             record = item.record
@@ -68,6 +71,8 @@ class Outputs:
                 continue
             send(out)
             event_ms.append(record.timestamp_ms or consumed_ms)
+        if outs:
+            self._sink.send_all(outs)
         latencies_ms = produced_ms - np.asarray(event_ms, dtype=np.float64)
         # The batcher hands batches over in arrival order, its oldest waiting item first.
         queue_wait_s = done.started - done.batch[0].record.received

@@ -5,7 +5,7 @@ hand-written fakes. Nothing here imports a client."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any, Protocol
 
@@ -46,6 +46,10 @@ class SourceLike(Protocol):
 
 class SinkLike(Protocol):
     def send(self, out: OutRecord) -> None: ...
+
+    def send_all(self, outs: Sequence[OutRecord]) -> None:
+        """Like ``send`` for each, acknowledged together (one batch's results)."""
+        ...
 
     def poll(self, timeout_s: float = 0.0) -> list[InputRecord]: ...
 

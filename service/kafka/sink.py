@@ -1,15 +1,18 @@
 """The output edge: the only code that owns the librdkafka producer.
 
 Deliveries are pulled, not pushed: :meth:`Sink.poll` and :meth:`Sink.flush` return the inputs whose output
-the broker acknowledged. A delivery that fails for a reason that may pass (broker down, topic missing,
-not authorised yet) is sent again with back-off, forever: dropping it would lose a message, and the offset
-tracker holds the commit back meanwhile, so a crash loses nothing either. A record the broker refuses for
-good (too large, invalid) is handed back through :meth:`Sink.take_refused` for the pipeline to replace.
+the broker acknowledged. The outputs of one batch share one delivery callback
+(:class:`service.kafka.delivery.Batch`) and are acknowledged together. A delivery that fails for a reason
+that may pass (broker down, topic missing, not authorised yet) is sent again with back-off, forever:
+dropping it would lose a message, and the offset tracker holds the commit back meanwhile, so a crash loses
+nothing either. A record the broker refuses for good (too large, invalid) is handed back through
+:meth:`Sink.take_refused` for the pipeline to replace.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from functools import partial
 
 import structlog
@@ -18,6 +21,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from service.config import KafkaSettings, redactor
 from service.flow.records import Access, InputRecord, OutRecord, Permission, no_access_report
 from service.kafka.access import refused_writing
+from service.kafka.delivery import Batch
 from service.kafka.watch import FatalWatch
 from service.observability.logs import client_log
 
@@ -47,11 +51,32 @@ class Sink:
         conf["logger"] = client_log(options, settings.private_values())
         self._producer = Producer(conf)
         self._acked: list[InputRecord] = []
+        self._done: list[Batch[OutRecord]] = []
         self._refused: list[tuple[OutRecord, str]] = []
         self._retry: list[tuple[float, int, OutRecord]] = []
         self._failure_log: dict[tuple[str, int], tuple[float, int]] = {}
         self._on_access = on_access
         self._refused_topics: set[str] = set()  # WRITE refused, until a delivery to it is acknowledged
+
+    def send_all(self, outs: Sequence[OutRecord]) -> None:
+        """Queue ``outs`` with one delivery callback: their inputs come back from :meth:`poll` or
+        :meth:`flush` together, once the last is acknowledged. A failed one is retried (or handed back
+        as refused) on its own, like a record given to :meth:`send`. Blocks (serving delivery reports)
+        only while the local queue is full."""
+        batch = Batch(outs, _fields, self._batch_failed, self._batch_done)
+        produce = self._producer.produce
+        for index, out in enumerate(outs):  # per message: keep it lean
+            while True:
+                try:
+                    # The stub wants str | bytes | None header values; ours are bytes | None.
+                    produce(out.topic, out.value, out.key, headers=out.headers, on_delivery=batch)  # type: ignore[arg-type]
+                    break
+                except BufferError:
+                    self._producer.poll(0.05)
+                except KafkaException as exc:  # refused before queueing, e.g. larger than message.max.bytes
+                    batch.not_queued(index, exc.args[0])
+                    break
+        batch.release()
 
     def send(self, out: OutRecord, attempt: int = 0) -> None:
         """Queue ``out``. Blocks (serving delivery reports) only while the local queue is full."""
@@ -108,16 +133,36 @@ class Sink:
 
     def _take_acked(self) -> list[InputRecord]:
         acked, self._acked = self._acked, []
+        done, self._done = self._done, []
+        for batch in done:
+            delivered = batch.delivered()
+            acked += [out.source for out in delivered]
+            for out in delivered:
+                if out.also:  # an assembled row answers every message that fed it
+                    acked += out.also
+            if self._refused_topics:
+                self._writable({out.topic for out in delivered})
         return acked
+
+    def _batch_done(self, batch: Batch[OutRecord]) -> None:
+        self._done.append(batch)  # not a bound append: _take_acked replaces the list
+
+    def _batch_failed(self, out: OutRecord, err: KafkaError) -> None:
+        self._failed(out, 0, err)
+
+    def _writable(self, topics: set[str]) -> None:
+        """A delivery to each of ``topics`` was acknowledged: WRITE works there (again)."""
+        for topic in topics & self._refused_topics:
+            self._refused_topics.discard(topic)
+            self._on_access(Permission("WRITE", "topic", topic), False)
 
     def _on_delivery(self, out: OutRecord, attempt: int, err: KafkaError | None, _msg: Message) -> None:
         if err is None:
             self._acked.append(out.source)
-            if out.also:  # an assembled row answers every message that fed it
+            if out.also:
                 self._acked.extend(out.also)
-            if self._refused_topics and out.topic in self._refused_topics:
-                self._refused_topics.discard(out.topic)
-                self._on_access(Permission("WRITE", "topic", out.topic), False)
+            if self._refused_topics:
+                self._writable({out.topic})
         else:
             self._failed(out, attempt, err)
 
@@ -159,3 +204,7 @@ class Sink:
         self._retry = [r for r in self._retry if r[0] > now]
         for _when, attempt, out in due:
             self.send(out, attempt)
+
+
+def _fields(out: OutRecord) -> tuple[str, bytes | None, bytes | None]:
+    return out.topic, out.key, out.value

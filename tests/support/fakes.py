@@ -197,6 +197,10 @@ class FakeSink:
         self.sent.append(out)
         self.unacked.append(out)
 
+    def send_all(self, outs: list[OutRecord]) -> None:
+        for out in outs:
+            self.send(out)
+
     def poll(self, timeout_s: float = 0.0) -> list[InputRecord]:
         assert timeout_s == 0, "the loop must not block in poll"
         return self._ack(flushing=False) if self.poll_acks else []

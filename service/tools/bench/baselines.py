@@ -33,12 +33,14 @@ import threading
 import time
 from collections.abc import Callable
 from functools import partial
+from itertools import groupby
+from operator import itemgetter
 from pathlib import Path
 
 import msgspec
 import numpy as np
 import structlog
-from confluent_kafka import Consumer, Message, Producer
+from confluent_kafka import Consumer, KafkaError, Message, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from service.config import Settings, load_settings, require_topics
@@ -48,6 +50,7 @@ from service.flow.decode import decode
 from service.flow.encode import dead_letter, result_record
 from service.flow.offsets import OffsetTracker
 from service.flow.records import Headers, InputRecord, OutRecord, Rejection, TopicPartition
+from service.kafka.delivery import Batch
 from service.kafka.source import to_record
 from service.observability import logs
 from service.processors import prepare
@@ -57,6 +60,7 @@ from service.tools.bench.workload import make_events
 _log = structlog.get_logger("microbatch.baseline")
 
 Source = tuple[TopicPartition, int]
+Record = tuple[str, bytes | None, bytes | None, Headers | None, Source]  # topic, value, key, headers
 _FLUSH_TIMEOUT_S = 30.0
 
 
@@ -67,7 +71,8 @@ class Outbox:
     def __init__(self, producer: Producer) -> None:
         self._producer = producer
         self._acked: list[Source] = []
-        self._retry: list[tuple[str, bytes | None, bytes | None, Headers | None, Source]] = []
+        self._done: list[Batch[Record]] = []
+        self._retry: list[Record] = []
         self.failures = 0
 
     def send(
@@ -82,6 +87,27 @@ class Outbox:
                 return
             except BufferError:  # local queue full: serve delivery reports until there is room
                 self._producer.poll(0.05)
+
+    def send_all(self, records: list[Record]) -> None:
+        """Queue ``records`` with one shared delivery callback, as the service's sink queues a batch's
+        outputs (:class:`service.kafka.delivery.Batch`): the ceiling pays what the service pays."""
+        batch = Batch(records, _fields, self._batch_failed, self._batch_done)
+        produce = self._producer.produce
+        for topic, value, key, headers, _source in records:
+            while True:
+                try:
+                    produce(topic, value, key, headers=headers, on_delivery=batch)  # type: ignore[arg-type]
+                    break
+                except BufferError:
+                    self._producer.poll(0.05)
+        batch.release()
+
+    def _batch_done(self, batch: Batch[Record]) -> None:
+        self._done.append(batch)  # not a bound append: _take replaces the list
+
+    def _batch_failed(self, record: Record, _err: KafkaError) -> None:
+        self.failures += 1
+        self._retry.append(record)
 
     def poll(self, timeout_s: float = 0.0) -> list[Source]:
         self._producer.poll(timeout_s)
@@ -114,7 +140,14 @@ class Outbox:
 
     def _take(self) -> list[Source]:
         acked, self._acked = self._acked, []
+        done, self._done = self._done, []
+        for batch in done:
+            acked += [record[4] for record in batch.delivered()]
         return acked
+
+
+def _fields(record: Record) -> tuple[str, bytes | None, bytes | None]:
+    return record[0], record[2], record[1]
 
 
 def _clients(settings: Settings) -> tuple[Consumer, Outbox]:
@@ -126,6 +159,16 @@ def _clients(settings: Settings) -> tuple[Consumer, Outbox]:
         kafka.producer_config() | {"logger": logs.client_log(kafka.producer_config(), private)}
     )
     return consumer, Outbox(producer)
+
+
+def _record_tp(record: Record) -> TopicPartition:
+    return record[4][0]
+
+
+def _acknowledge(tracker: OffsetTracker, acked: list[Source]) -> None:
+    """Acknowledged sources into the tracker, by partition run (as ``Checkpoint.acknowledge`` does)."""
+    for tp, run in groupby(sorted(acked, key=itemgetter(0)), itemgetter(0)):
+        tracker.done_run(tp, [offset for _tp, offset in run])
 
 
 def _store(consumer: Consumer, offsets: dict[TopicPartition, int]) -> None:
@@ -143,8 +186,7 @@ def _subscribe(consumer: Consumer, settings: Settings, tracker: OffsetTracker) -
 
 def _finish(consumer: Consumer, outbox: Outbox, tracker: OffsetTracker, stats: dict[str, int]) -> None:
     """The service's shutdown order: flush, store what was delivered, commit synchronously, close."""
-    for tp, offset in outbox.flush():
-        tracker.done(tp, offset)
+    _acknowledge(tracker, outbox.flush())
     _store(consumer, tracker.take_committable())
     try:
         consumer.commit(asynchronous=False)
@@ -169,16 +211,20 @@ def passthrough(settings: Settings, stopping: threading.Event, consume_batch: in
         messages = consumer.consume(1, idle_s)
         if messages:
             messages += consumer.consume(consume_batch - 1, 0)
+        records: list[Record] = []
         for msg in messages:
             if msg.error() is not None:
                 continue
             # A record without an error has its coordinates, and byte header values (the stubs are wider).
-            tp = (msg.topic(), msg.partition())
-            tracker.track(tp, msg.offset())  # type: ignore[arg-type]
-            outbox.send(topic, msg.value(), msg.key(), msg.headers(), (tp, msg.offset()))  # type: ignore[arg-type]
-            stats["events"] += 1
-        for tp, offset in outbox.poll(0):
-            tracker.done(tp, offset)
+            source = ((msg.topic(), msg.partition()), msg.offset())
+            records.append((topic, msg.value(), msg.key(), msg.headers(), source))  # type: ignore[arg-type]
+        # The service's bookkeeping, the way the service does it: offsets by partition run, one delivery
+        # callback per consumed group.
+        for tp, run in groupby(records, _record_tp):
+            tracker.track_run(tp, [record[4][1] for record in run])
+        outbox.send_all(records)
+        stats["events"] += len(records)
+        _acknowledge(tracker, outbox.poll(0))
         _store(consumer, tracker.take_committable())
     _finish(consumer, outbox, tracker, stats)
 

@@ -336,3 +336,62 @@ def test_a_fan_out_count_for_an_offset_forgotten_by_a_rewind_is_ignored():
     assert tracker.in_flight() == 1
     ack(tracker, TP, [50])
     assert tracker.take_committable() == {TP: 51}
+
+
+# -- runs: track_run / done_run are track / done for many offsets at once ---------------------------------
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_runs_commit_exactly_what_one_by_one_commits(seed):
+    """The same consumption and acks, once offset by offset and once in runs: the same commits, the same
+    in-flight count, the same stale acks, fan-out included."""
+    rng = random.Random(2000 + seed)
+    single, runs = OffsetTracker(), OffsetTracker()
+    next_offset = rng.randrange(0, 50)
+    in_flight: list[int] = []
+    for _ in range(60):
+        if in_flight and rng.random() < 0.5:
+            rng.shuffle(in_flight)
+            cut = rng.randint(1, len(in_flight))
+            acked, in_flight = in_flight[:cut], in_flight[cut:]
+            if rng.random() < 0.2:
+                acked.append(next_offset + 1000)  # never consumed: stale
+            for offset in acked:
+                single.done(TP, offset)
+            runs.done_run(TP, acked)
+        else:
+            offsets = []
+            for _ in range(rng.randint(1, 6)):
+                offsets.append(next_offset)
+                next_offset += rng.choice([1, 1, 1, 2, 5])  # compaction leaves gaps
+            for offset in offsets:
+                single.track(TP, offset)
+            runs.track_run(TP, offsets)
+            outputs = rng.choice([1, 1, 1, 2])
+            if outputs != 1:  # a message of several items: acked once per output
+                single.expect(TP, offsets[0], outputs)
+                runs.expect(TP, offsets[0], outputs)
+                in_flight += [offsets[0]] * (outputs - 1)
+            in_flight += offsets
+        assert runs.take_committable() == single.take_committable()
+        assert runs.in_flight() == single.in_flight()
+        assert runs.stale_acks == single.stale_acks
+
+
+@pytest.mark.parametrize(
+    ("tracked", "run"),
+    [([10], [10, 11]), ([10], [9]), ([], [5, 7, 6]), ([], [5, 5])],
+    ids=["at the last tracked", "below it", "not rising", "repeated"],
+)
+def test_a_run_that_does_not_rise_is_refused_and_tracks_none_of_it(tracked, run):
+    tracker = tracker_with(TP, tracked)
+    with pytest.raises(OffsetOrderError):
+        tracker.track_run(TP, run)
+    assert tracker.in_flight() == len(tracked)
+
+
+def test_acks_in_a_run_for_a_partition_never_tracked_are_stale():
+    tracker = OffsetTracker()
+    tracker.done_run(OTHER, [1, 2, 3])
+    assert tracker.stale_acks == 3
+    assert tracker.take_committable() == {}
