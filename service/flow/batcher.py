@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from itertools import repeat
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
@@ -62,6 +63,16 @@ class Batcher(Generic[T]):
         """Append ``item``; ``arrived`` (default: now) is when its wait started."""
         cost = self._cost(item) if self._cost is not None else 1
         self._items.append((self._clock() if arrived is None else arrived, cost, item))
+
+    def add_all(self, items: Sequence[T], arrived: Sequence[float]) -> None:
+        """:meth:`add` for each of ``items``, in order; ``arrived[i]`` is when ``items[i]``'s wait started."""
+        if len(arrived) != len(items):
+            raise ValueError(f"{len(items)} items, {len(arrived)} arrival times")
+        if self._cost is None:
+            self._items.extend(zip(arrived, repeat(1), items))
+        else:
+            cost = self._cost
+            self._items.extend((at, cost(item), item) for at, item in zip(arrived, items, strict=True))
 
     def room(self) -> int:
         """How many more items the batcher would like to choose among before cutting (bucketing); 0 when
@@ -125,13 +136,16 @@ class Batcher(Generic[T]):
             return []
         if self._window > 1:
             return self._take_bucket()
+        popleft = self._items.popleft
+        if not self._max_cost:  # no cost cap: the oldest max_size, without looking at each
+            return [popleft() for _ in range(min(len(self._items), self.max_size))]
         count, longest = 0, 0
         for _arrived, cost, _item in self._items:
             longest = max(longest, cost)
             if count >= self.max_size or (count and self._over(count + 1, longest)):
                 break
             count += 1
-        return [self._items.popleft() for _ in range(count)]
+        return [popleft() for _ in range(count)]
 
     def _take_bucket(self) -> list[tuple[float, int, T]]:
         """The oldest item plus the waiting items nearest to it in cost, within the window and the caps."""

@@ -146,9 +146,8 @@ class Pipeline:
         """Items to the batcher; rejections to the dead-letter topic at once."""
         for rejection in rejected:
             self._outputs.reject(rejection)
-        add = self._batcher.add
-        for item in items:
-            add(item, item.record.received)
+        if items:
+            self._batcher.add_all(items, [item.record.received for item in items])
 
     def _dispatch(self) -> None:
         """Cut every due batch and hand it to inference, while it has room."""

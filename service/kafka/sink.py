@@ -12,8 +12,9 @@ nothing either. A record the broker refuses for good (too large, invalid) is han
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
+from operator import attrgetter
 
 import structlog
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
@@ -27,6 +28,7 @@ from service.observability.logs import client_log
 
 _log = structlog.get_logger("microbatch.sink")
 
+ANY_PARTITION = -1  # librdkafka's RD_KAFKA_PARTITION_UA: the partitioner chooses
 _MAX_BACKOFF_S = 5.0
 _FAILURE_LOG_EVERY_S = 5.0
 
@@ -64,12 +66,14 @@ class Sink:
         as refused) on its own, like a record given to :meth:`send`. Blocks (serving delivery reports)
         only while the local queue is full."""
         batch = Batch(outs, _fields, self._batch_failed, self._batch_done)
-        produce = self._producer.produce
+        # Positional: keyword arguments cost produce about a microsecond more per call (CPython's keyword
+        # parsing). The order is produce's own: topic, value, key, partition, callback, on_delivery,
+        # timestamp (0: now), headers.
+        produce: Callable[..., None] = self._producer.produce
         for index, out in enumerate(outs):  # per message: keep it lean
             while True:
                 try:
-                    # The stub wants str | bytes | None header values; ours are bytes | None.
-                    produce(out.topic, out.value, out.key, headers=out.headers, on_delivery=batch)  # type: ignore[arg-type]
+                    produce(out.topic, out.value, out.key, ANY_PARTITION, batch, None, 0, out.headers)
                     break
                 except BufferError:
                     self._producer.poll(0.05)
@@ -136,10 +140,9 @@ class Sink:
         done, self._done = self._done, []
         for batch in done:
             delivered = batch.delivered()
-            acked += [out.source for out in delivered]
-            for out in delivered:
-                if out.also:  # an assembled row answers every message that fed it
-                    acked += out.also
+            acked += map(_SOURCE, delivered)
+            for also in filter(None, map(_ALSO, delivered)):  # an assembled row answers all that fed it
+                acked += also
             if self._refused_topics:
                 self._writable({out.topic for out in delivered})
         return acked
@@ -204,6 +207,10 @@ class Sink:
         self._retry = [r for r in self._retry if r[0] > now]
         for _when, attempt, out in due:
             self.send(out, attempt)
+
+
+_SOURCE = attrgetter("source")
+_ALSO = attrgetter("also")
 
 
 def _fields(out: OutRecord) -> tuple[str, bytes | None, bytes | None]:

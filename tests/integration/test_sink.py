@@ -83,7 +83,8 @@ def test_an_output_the_broker_refuses_is_matched_back_and_handed_back(
 ) -> None:
     topic = topic_factory(partitions=1, prefix="sink-small", config={"max.message.bytes": "2048"})
     sink = Sink(KafkaSettings(bootstrap_servers=kafka_bootstrap))
-    large = OutRecord(topic, b"big", os.urandom(8192), None, _source(7))  # random: compression cannot shrink it
+    # Random bytes: compression cannot shrink them under the topic's limit.
+    large = OutRecord(topic, b"big", os.urandom(8192), None, _source(7))
     sink.send_all([large])
     acked = sink.flush(30)
     refused, more = _refused_within(sink)

@@ -51,6 +51,7 @@ from service.flow.encode import dead_letter, result_record
 from service.flow.offsets import OffsetTracker
 from service.flow.records import Headers, InputRecord, OutRecord, Rejection, TopicPartition
 from service.kafka.delivery import Batch
+from service.kafka.sink import ANY_PARTITION
 from service.kafka.source import to_record
 from service.observability import logs
 from service.processors import prepare
@@ -92,11 +93,11 @@ class Outbox:
         """Queue ``records`` with one shared delivery callback, as the service's sink queues a batch's
         outputs (:class:`service.kafka.delivery.Batch`): the ceiling pays what the service pays."""
         batch = Batch(records, _fields, self._batch_failed, self._batch_done)
-        produce = self._producer.produce
+        produce: Callable[..., None] = self._producer.produce  # positional, as the sink calls it
         for topic, value, key, headers, _source in records:
             while True:
                 try:
-                    produce(topic, value, key, headers=headers, on_delivery=batch)  # type: ignore[arg-type]
+                    produce(topic, value, key, ANY_PARTITION, batch, None, 0, headers)
                     break
                 except BufferError:
                     self._producer.poll(0.05)

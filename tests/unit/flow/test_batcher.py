@@ -299,3 +299,20 @@ def test_a_large_batch_is_chosen_among_four_batches_worth_even_past_the_window()
     for cost in [1, 9] * 16:
         batcher.add(cost)
     assert sorted(batcher.take()) == [1] * 8  # similar lengths found among 32, not the first 8
+
+
+@pytest.mark.parametrize("with_cost", [False, True], ids=["plain", "costed"])
+def test_add_all_is_add_for_each_in_order(clock, with_cost):
+    one, many = (costed(clock, max_size=3, max_cost=12) if with_cost else make(clock, 3) for _ in range(2))
+    items = ["aaa", "b", "cc", "dddd", "e"]
+    arrived = [clock() - (len(items) - i) * STEP for i in range(len(items))]  # oldest first
+    for item, at in zip(items, arrived, strict=True):
+        one.add(item, at)
+    many.add_all(items, arrived)
+    assert many.time_until_due() == one.time_until_due()
+    assert drain(many) == drain(one)
+
+
+def test_add_all_refuses_arrival_times_that_do_not_match_the_items(clock):
+    with pytest.raises(ValueError, match="2 items, 1 arrival"):
+        make(clock).add_all(["a", "b"], [clock()])
