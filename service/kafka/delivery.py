@@ -14,12 +14,17 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
-from confluent_kafka import KafkaError, Message
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
+
+from service.flow.records import Headers
 
 T = TypeVar("T")
 
-Fields = Callable[[T], tuple[str, bytes | None, bytes | None]]
-"""A record's topic, key and value, as produced."""
+Produced = Callable[[T], tuple[str, bytes | None, bytes | None, Headers | None]]
+"""What produce is given of a record: its topic, value, key and headers (``operator.attrgetter`` or
+``itemgetter``: built in C, per message)."""
+
+ANY_PARTITION = -1  # librdkafka's RD_KAFKA_PARTITION_UA: the partitioner chooses
 
 
 class Batch(Generic[T]):
@@ -31,17 +36,17 @@ class Batch(Generic[T]):
     runs once; :meth:`delivered` then lists the records acknowledged. ``on_failed(record, err)`` runs
     for each record whose delivery failed or that was not queued; it is not in :meth:`delivered`."""
 
-    __slots__ = ("_failed", "_fields", "_left", "_on_done", "_on_failed", "records")
+    __slots__ = ("_failed", "_left", "_on_done", "_on_failed", "_produced", "records")
 
     def __init__(
         self,
         records: Sequence[T],
-        fields: Fields[T],
+        produced: Produced[T],
         on_failed: Callable[[T, KafkaError], None],
         on_done: Callable[[Batch[T]], None],
     ) -> None:
         self.records = records
-        self._fields = fields
+        self._produced = produced
         self._on_failed = on_failed
         self._on_done = on_done
         self._failed: set[int] = set()
@@ -51,6 +56,26 @@ class Batch(Generic[T]):
         if err is not None:
             self._fail(self._match(msg), err)
         self._count_down()
+
+    def produce_all(self, producer: Producer) -> None:
+        """Hand every record to ``producer`` with this object as its callback, then :meth:`release`.
+        Blocks (serving delivery reports) only while the local queue is full; a record produce refuses
+        (larger than ``message.max.bytes``) is :meth:`not_queued`."""
+        # Positional: keyword arguments cost produce about a microsecond more per call (CPython's keyword
+        # parsing). The order is produce's own: topic, value, key, partition, callback, on_delivery,
+        # timestamp (0: now), headers.
+        produce: Callable[..., None] = producer.produce
+        for index, (topic, value, key, headers) in enumerate(map(self._produced, self.records)):
+            while True:  # per message: keep it lean
+                try:
+                    produce(topic, value, key, ANY_PARTITION, self, None, 0, headers)
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+                except KafkaException as exc:
+                    self.not_queued(index, exc.args[0])
+                    break
+        self.release()
 
     def not_queued(self, index: int, err: KafkaError) -> None:
         """``records[index]`` was refused by produce itself: no report will come for it."""
@@ -76,9 +101,9 @@ class Batch(Generic[T]):
         """The index of the record ``msg`` reports on, among those not failed yet; None if none matches.
         Records with the same topic, key and value are interchangeable: whichever is taken, what is
         retried is the same."""
-        reported = (msg.topic(), msg.key(), msg.value())
+        reported = (msg.topic(), msg.value(), msg.key())
         for i, record in enumerate(self.records):
-            if i not in self._failed and self._fields(record) == reported:
+            if i not in self._failed and self._produced(record)[:3] == reported:
                 return i
         return None
 

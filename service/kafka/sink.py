@@ -12,7 +12,7 @@ nothing either. A record the broker refuses for good (too large, invalid) is han
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from functools import partial
 from operator import attrgetter
 
@@ -28,7 +28,6 @@ from service.observability.logs import client_log
 
 _log = structlog.get_logger("microbatch.sink")
 
-ANY_PARTITION = -1  # librdkafka's RD_KAFKA_PARTITION_UA: the partitioner chooses
 _MAX_BACKOFF_S = 5.0
 _FAILURE_LOG_EVERY_S = 5.0
 
@@ -65,22 +64,7 @@ class Sink:
         :meth:`flush` together, once the last is acknowledged. A failed one is retried (or handed back
         as refused) on its own, like a record given to :meth:`send`. Blocks (serving delivery reports)
         only while the local queue is full."""
-        batch = Batch(outs, _fields, self._batch_failed, self._batch_done)
-        # Positional: keyword arguments cost produce about a microsecond more per call (CPython's keyword
-        # parsing). The order is produce's own: topic, value, key, partition, callback, on_delivery,
-        # timestamp (0: now), headers.
-        produce: Callable[..., None] = self._producer.produce
-        for index, out in enumerate(outs):  # per message: keep it lean
-            while True:
-                try:
-                    produce(out.topic, out.value, out.key, ANY_PARTITION, batch, None, 0, out.headers)
-                    break
-                except BufferError:
-                    self._producer.poll(0.05)
-                except KafkaException as exc:  # refused before queueing, e.g. larger than message.max.bytes
-                    batch.not_queued(index, exc.args[0])
-                    break
-        batch.release()
+        Batch(outs, _PRODUCED, self._batch_failed, self._batch_done).produce_all(self._producer)
 
     def send(self, out: OutRecord, attempt: int = 0) -> None:
         """Queue ``out``. Blocks (serving delivery reports) only while the local queue is full."""
@@ -209,9 +193,6 @@ class Sink:
             self.send(out, attempt)
 
 
+_PRODUCED = attrgetter("topic", "value", "key", "headers")
 _SOURCE = attrgetter("source")
 _ALSO = attrgetter("also")
-
-
-def _fields(out: OutRecord) -> tuple[str, bytes | None, bytes | None]:
-    return out.topic, out.key, out.value

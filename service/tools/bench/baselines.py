@@ -51,7 +51,6 @@ from service.flow.encode import dead_letter, result_record
 from service.flow.offsets import OffsetTracker
 from service.flow.records import Headers, InputRecord, OutRecord, Rejection, TopicPartition
 from service.kafka.delivery import Batch
-from service.kafka.sink import ANY_PARTITION
 from service.kafka.source import to_record
 from service.observability import logs
 from service.processors import prepare
@@ -92,16 +91,7 @@ class Outbox:
     def send_all(self, records: list[Record]) -> None:
         """Queue ``records`` with one shared delivery callback, as the service's sink queues a batch's
         outputs (:class:`service.kafka.delivery.Batch`): the ceiling pays what the service pays."""
-        batch = Batch(records, _fields, self._batch_failed, self._batch_done)
-        produce: Callable[..., None] = self._producer.produce  # positional, as the sink calls it
-        for topic, value, key, headers, _source in records:
-            while True:
-                try:
-                    produce(topic, value, key, ANY_PARTITION, batch, None, 0, headers)
-                    break
-                except BufferError:
-                    self._producer.poll(0.05)
-        batch.release()
+        Batch(records, _PRODUCED, self._batch_failed, self._batch_done).produce_all(self._producer)
 
     def _batch_done(self, batch: Batch[Record]) -> None:
         self._done.append(batch)  # not a bound append: _take replaces the list
@@ -147,8 +137,7 @@ class Outbox:
         return acked
 
 
-def _fields(record: Record) -> tuple[str, bytes | None, bytes | None]:
-    return record[0], record[2], record[1]
+_PRODUCED = itemgetter(0, 1, 2, 3)  # a Record's topic, value, key, headers
 
 
 def _clients(settings: Settings) -> tuple[Consumer, Outbox]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from confluent_kafka import KafkaError
+from confluent_kafka import KafkaError, KafkaException
 
 from service.kafka.delivery import Batch
 
@@ -40,7 +40,7 @@ def seen():
 def batch_of(records, seen) -> Batch[Record]:
     return Batch(
         records,
-        lambda r: r,
+        lambda r: (r[0], r[2], r[1], None),  # what produce is given: topic, value, key, headers
         lambda record, err: seen["failed"].append((record, err.code())),
         seen["done"].append,
     )
@@ -116,3 +116,43 @@ def test_an_empty_batch_is_done_at_release(seen):
     batch.release()
     assert seen["done"] == [batch]
     assert batch.delivered() == []
+
+
+class Producer:
+    """Queues what produce is given; the queue is full on the first try of ``full_once``, and produce
+    refuses ``refused`` outright (as librdkafka does a record over message.max.bytes)."""
+
+    def __init__(self, full_once: bytes, refused: bytes) -> None:
+        self.queued: list[tuple] = []
+        self.polls = 0
+        self._full_once, self._refused = full_once, refused
+
+    def produce(self, topic, value, key, partition, callback, on_delivery, timestamp, headers) -> None:
+        if value == self._full_once:
+            self._full_once = b""
+            raise BufferError("Local: Queue full")
+        if value == self._refused:
+            raise KafkaException(TOO_LARGE)
+        self.queued.append((topic, value, key, partition, callback, headers))
+
+    def poll(self, timeout_s: float) -> int:
+        self.polls += 1
+        return 0
+
+
+def test_produce_all_waits_out_a_full_queue_fails_a_refused_record_and_releases(seen):
+    producer = Producer(full_once=b"1", refused=b"2")
+    batch = batch_of(RECORDS, seen)
+    batch.produce_all(producer)  # type: ignore[arg-type]
+    assert producer.polls == 1  # served reports once while the queue was full, then queued it
+    assert [(q[0], q[1], q[2], q[3], q[5]) for q in producer.queued] == [
+        ("out", b"1", b"a", -1, None),  # any partition: the partitioner chooses
+        ("out", b"3", None, -1, None),
+    ]
+    assert all(q[4] is batch for q in producer.queued)
+    assert seen["failed"] == [(RECORDS[1], KafkaError.MSG_SIZE_TOO_LARGE)]
+    assert seen["done"] == []  # released, but two reports are still to come
+    batch(None, Report(RECORDS[0]))
+    batch(None, Report(RECORDS[2]))
+    assert seen["done"] == [batch]
+    assert batch.delivered() == [RECORDS[0], RECORDS[2]]
