@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import msgspec
 
+from service.engine.drain import LIMIT as DRAIN_LIMIT
 from service.engine.session import Engine
 from service.models.reference import MODELS_DIR
 from tests.support.harness import (
@@ -63,7 +64,9 @@ def test_metrics_and_probes_follow_a_real_run(tmp_path, kafka_bootstrap, topics,
         assert 1 <= after["microbatch_batch_size_count"] <= 600
         assert after["microbatch_inference_seconds_count"] >= 1
         assert after["microbatch_queue_wait_seconds_count"] == after["microbatch_batch_size_count"]
-        assert 4 <= after["microbatch_batch_target_size"] <= 16
+        # A burst of 601 may stretch the target past MAX_SIZE (16), up to the drain ceiling measured at
+        # warm-up; it drops back only at the next batch the window cuts, and none follows the burst here.
+        assert 4 <= after["microbatch_batch_target_size"] <= DRAIN_LIMIT
         lags = {k: v for k, v in after.items() if k.startswith("microbatch_consumer_lag{")}
         assert len(lags) == PARTITIONS and all(v >= 0 for v in lags.values())
         assert after["microbatch_paused_partitions"] == 0
