@@ -18,7 +18,7 @@ from confluent_kafka import KafkaException
 
 from service.assemble import Assembler, rules_for
 from service.config import AssembleSettings, KafkaSettings, Settings, check_run_settings, redact
-from service.engine import RowPlan, blamed_setting, load_model, model_setting, warm_up
+from service.engine import Model, RowPlan, blamed_setting, load_model, model_setting, warm_up
 from service.engine.drain import drain_ceiling
 from service.engine.samples import check_at_start
 from service.errors import EXIT_OK, ConfigError, NotAuthorizedError, UnknownTopicError
@@ -163,28 +163,14 @@ def run_service(settings: Settings) -> int:
     not ready) and a port already taken stops start-up at once.
     """
     check_run_settings(settings)
-    stopping = threading.Event()
-    pipeline: Pipeline | None = None
-
-    def _stop(_signum: int, _frame: object) -> None:
-        # Only flags: logging here could deadlock on the logger's lock held by the interrupted code.
-        stopping.set()
-        if pipeline is not None:
-            pipeline.stop()
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
-
+    stop = Stop()
     metrics = Metrics()
     health = Health(settings.metrics.liveness_timeout_s, settings.metrics.broker_timeout_s)
     metrics.ready.set_function(lambda: float(health.ready()[0]))
     server = start_server(settings, metrics, health)
     try:
         source, sink = build_clients(settings.kafka, health.brokers, AccessReport(metrics, health))
-        model = load_model(settings)
-        metrics.model_loaded(model.ref.name, model.ref.version, model.ref.provider)
-        sizes = {1, settings.batch.min_size, settings.batch.max_size}
-        warm_up(model, sizes, blamed_setting(settings.model), model_setting(settings.model))
+        model = serve_model(settings, metrics)
         drain = drain_ceiling(model, settings.batch)
         _log.info(
             "batch_sizes",
@@ -194,7 +180,7 @@ def run_service(settings: Settings) -> int:
         )
         check_at_start(settings, model)
         health.warmed_up = True
-        if not check_topics(source, settings, stopping.is_set):
+        if not check_topics(source, settings, stop.requested.is_set):
             source.close()
             return EXIT_OK
         telemetry = Telemetry(metrics, health, settings.log.stats_interval_s)
@@ -209,8 +195,7 @@ def run_service(settings: Settings) -> int:
             rows=model.rows,
             drain_max=drain.size,
         )
-        if stopping.is_set():  # a signal between the check and the assignment above
-            pipeline.stop()
+        stop.attach(pipeline)
         _log.info(
             "started",
             model=model.ref.name,
@@ -227,18 +212,54 @@ def run_service(settings: Settings) -> int:
             kafka=settings.kafka.summary(),
             metrics_port=server.port if server else None,
         )
-        # Everything built so far (model, clients, modules) lives as long as the process: keep it out of
-        # the cycle collector's scans, and collect less often. The loop allocates a few objects per message
-        # and makes almost no cycles (records are untracked msgspec Structs); measured +2-4% per-message
-        # throughput.
-        gc.collect()
-        gc.freeze()
-        gc.set_threshold(50_000, 20, 100)
+        freeze_heap()
         pipeline.run()
         return EXIT_OK
     finally:
         if server is not None:
             server.close()
+
+
+class Stop:
+    """SIGTERM and SIGINT ask the loop to finish, from the moment this is built: a stop during start-up
+    (waiting for brokers, loading the model) reaches the loop as soon as it is :meth:`attach`-ed."""
+
+    def __init__(self) -> None:
+        self.requested = threading.Event()
+        self._pipeline: Pipeline | None = None
+        signal.signal(signal.SIGTERM, self._handle)
+        signal.signal(signal.SIGINT, self._handle)
+
+    def _handle(self, _signum: int, _frame: object) -> None:
+        # Only flags: logging here could deadlock on the logger's lock held by the interrupted code.
+        self.requested.set()
+        if self._pipeline is not None:
+            self._pipeline.stop()
+
+    def attach(self, pipeline: Pipeline) -> None:
+        self._pipeline = pipeline
+        if self.requested.is_set():  # a signal before the pipeline existed
+            pipeline.stop()
+
+
+def serve_model(settings: Settings, metrics: Metrics, sizes: set[int] | None = None) -> Model:
+    """Load the configured model, say so in the metrics, and warm ``sizes`` up (default: 1 and the
+    configured batch sizes)."""
+    model = load_model(settings)
+    metrics.model_loaded(model.ref.name, model.ref.version, model.ref.provider)
+    warm = sizes or {1, settings.batch.min_size, settings.batch.max_size}
+    warm_up(model, warm, blamed_setting(settings.model), model_setting(settings.model))
+    return model
+
+
+def freeze_heap() -> None:
+    """Everything built so far (model, clients, modules) lives as long as the process: keep it out of the
+    cycle collector's scans, and collect less often. The loop allocates a few objects per message and
+    makes almost no cycles (records are untracked msgspec Structs); measured +2-4% per-message
+    throughput."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 100)
 
 
 def start_server(settings: Settings, metrics: Metrics, health: Health) -> MetricsServer | None:
@@ -257,13 +278,15 @@ def build_clients(
     kafka: KafkaSettings,
     on_brokers: Callable[[bool], None] = lambda _up: None,
     on_access: Access = no_access_report,
+    *,
+    ends: bool = False,
 ) -> tuple[Source, Sink]:
     """Create both clients first, so librdkafka's own validation of the options (unknown keys, bad
     values in the *_EXTRA settings) stops start-up as a configuration error naming the variable, with
     every configured value taken out of librdkafka's message. Both tell ``on_access`` of permissions
-    refused while running."""
+    refused while running; ``ends``: the consumer reports where partitions end (a backfill)."""
     try:
-        return Source(kafka, on_brokers, on_access), Sink(kafka, on_access)
+        return Source(kafka, on_brokers, on_access, ends=ends), Sink(kafka, on_access)
     except KafkaException as exc:
         message = exc.args[0].str()
         setting = client_error_setting(message, kafka) or kafka.extra_setting(message)

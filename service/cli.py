@@ -35,6 +35,9 @@ class Command:
 
 COMMANDS = {
     "run": Command("run the service (settings from MICROBATCH_* variables)", "service.app"),
+    "backfill": Command(
+        "score a range of the input topics with large batches, then exit", "service.backfill.command"
+    ),
     "produce": Command("send generated log or metrics events to a topic", "service.tools.produce"),
     "demo": Command(
         "run both reference models on generated traffic and print a summary", "service.tools.demo"

@@ -67,9 +67,12 @@ def drain_ceiling(
     batch: BatchSettings,
     clock: Callable[[], float] = time.perf_counter,
     memory: Callable[[], tuple[MemoryLimit, Callable[[], int]] | None] | None = None,
+    *,
+    budget_s: float | None = None,
 ) -> DrainCeiling:
     """The drain ceiling for ``model`` under ``batch``; see the module contract. ``memory`` gives the limit
-    and a reading of the memory used against it (default: the device's on CUDA, else the host's)."""
+    and a reading of the memory used against it (default: the device's on CUDA, else the host's);
+    ``budget_s`` replaces the SLO's budget for one batch (a backfill, with no latency target, passes inf)."""
     if not batch.adaptive:
         return DrainCeiling(batch.max_size, "max_size")
     wanted = batch.drain_max_size
@@ -79,7 +82,8 @@ def drain_ceiling(
         sizes.append(sizes[-1] * 2)
     if wanted is not None and sizes[-1] != wanted:
         sizes.append(wanted)
-    budget_s = batch_budget_s(batch.latency_slo_ms / 1000, batch.max_wait_ms / 1000)
+    if budget_s is None:
+        budget_s = batch_budget_s(batch.latency_slo_ms / 1000, batch.max_wait_ms / 1000)
     processor = model.processor
     cost = getattr(processor, "cost", None)
     sample = processor.sample()
@@ -142,3 +146,14 @@ def _memory_of(model: Model) -> Callable[[], tuple[MemoryLimit, Callable[[], int
         return host_limit(), peak_rss
 
     return reading
+
+
+def offline_size(model: Model, batch: BatchSettings, **measure: Any) -> DrainCeiling:
+    """The batch size of an offline run (``microbatch backfill``): ``MAX_SIZE`` when it was set, else the
+    knee measured from the streaming default up; either capped by memory as above, measured from the
+    streaming default up (so a cap can fall below a ``MAX_SIZE`` that does not fit). No latency budget
+    limits it: an offline range has no SLO. ``measure`` passes ``clock`` and ``memory`` on."""
+    wanted = batch.max_size if "max_size" in batch.model_fields_set else None
+    start = min(wanted or LIMIT, BatchSettings.model_fields["max_size"].default)
+    probe = batch.model_copy(update={"adaptive": True, "max_size": start, "drain_max_size": wanted})
+    return drain_ceiling(model, probe, budget_s=float("inf"), **measure)

@@ -109,6 +109,16 @@ class Pipeline:
         locks), so it cannot deadlock with the thread it interrupted."""
         self._running = False
 
+    @property
+    def open_rows(self) -> int:
+        """Assembled rows still open (0 when items are not assembled)."""
+        return len(self._decoder) if isinstance(self._decoder, Assembly) else 0
+
+    @property
+    def in_flight(self) -> int:
+        """Consumed messages whose outputs are not all acknowledged yet."""
+        return self._checkpoint.in_flight()
+
     def _consume_plan(self) -> tuple[int, float]:
         """How many messages to ask for, and how long consume may block.
 
@@ -175,7 +185,7 @@ class Pipeline:
             assigned=assigned,
             paused=assigned if self._backpressure.paused else 0,
             lag=self._backlog.per_partition(),
-            open_rows=len(self._decoder) if isinstance(self._decoder, Assembly) else 0,
+            open_rows=self.open_rows,
         )
 
     # -- commits ------------------------------------------------------------------------------------

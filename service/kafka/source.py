@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 
 import msgspec
 import structlog
@@ -16,6 +16,7 @@ from service.flow.ports import RebalanceListener
 from service.flow.records import Access, InputRecord, Permission, TopicPartition, no_access_report
 from service.kafka.access import refused_reading
 from service.kafka.causes import Cause, cause_of
+from service.kafka.lookup import Offsets
 from service.kafka.watch import BrokerStats, FatalWatch
 from service.observability.logs import client_log
 
@@ -43,7 +44,10 @@ class Source:
         settings: KafkaSettings,
         on_brokers: Callable[[bool], None] = lambda _up: None,
         on_access: Access = no_access_report,
+        *,
+        ends: bool = False,
     ) -> None:
+        """``ends``: report where each partition's end was reached (:meth:`take_ends`)."""
         self._redact = redactor(settings.private_values())
         self._settings = settings
         self._cause: tuple[float, Cause] | None = None  # when first seen, what
@@ -55,6 +59,10 @@ class Source:
         self._refused_topics: set[str] = set()  # READ refused, until a record from it arrives
         options = settings.consumer_config()
         conf: dict[str, object] = {**options, "error_cb": self._fatal}
+        self._ends: dict[TopicPartition, int] | None = None
+        if ends:
+            conf["enable.partition.eof"] = True
+            self._ends = {}
         self._client_log = client_log(options, settings.private_values())
         self._client_log.tap = self._read_cause
         conf["logger"] = self._client_log
@@ -84,6 +92,27 @@ class Source:
             on_revoke=lambda _c, parts: listener.on_revoked(tps(parts)),
             on_lost=lambda _c, parts: listener.on_lost(tps(parts)),
         )
+
+    def assign(self, starts: Mapping[TopicPartition, int]) -> None:
+        """Read exactly these partitions from these offsets, outside any group's membership (commits still
+        go to the configured group)."""
+        self._consumer.assign([KafkaTopicPartition(t, p, o) for (t, p), o in starts.items()])
+
+    def positions(self, tps: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
+        """The next offset ``consume`` will return from each of ``tps`` (absent where none is known yet)."""
+        parts = self._consumer.position([KafkaTopicPartition(t, p) for t, p in tps])
+        return {(part.topic, part.partition): part.offset for part in parts if part.offset >= 0}
+
+    def take_ends(self) -> dict[TopicPartition, int]:
+        """Where the partitions whose end was reached since the last call ended (with ``ends=True``)."""
+        if not self._ends:
+            return {}
+        ends, self._ends = self._ends, {}
+        return ends
+
+    def offsets(self) -> Offsets:
+        """Lookups of offsets (watermarks, by time, committed) through this consumer."""
+        return Offsets(self._consumer)
 
     def consume(self, max_messages: int, timeout_s: float) -> list[InputRecord]:
         """Block up to ``timeout_s`` for up to ``max_messages``; rebalance callbacks run in here.
@@ -213,6 +242,10 @@ class Source:
         """Stop fetching from every assigned partition; ``consume`` keeps serving the group protocol."""
         self._consumer.pause(self._consumer.assignment())
 
+    def pause_partitions(self, tps: Sequence[TopicPartition]) -> None:
+        """Stop fetching from ``tps``."""
+        self._consumer.pause([KafkaTopicPartition(t, p) for t, p in tps])
+
     def resume(self, tps: list[TopicPartition] | None = None) -> None:
         """Fetch again from ``tps`` (default: every assigned partition). librdkafka keeps a partition's
         paused flag across a revoke and a re-assignment, so re-assigned partitions must be resumed by name."""
@@ -227,6 +260,8 @@ class Source:
 
     def _on_message_error(self, msg: Message, err: KafkaError) -> None:
         if err.code() == KafkaError._PARTITION_EOF:
+            if self._ends is not None:
+                self._ends[(msg.topic(), msg.partition())] = msg.offset()  # type: ignore[index,assignment]
             return
         if (refused := refused_reading(err, msg.topic(), self._group.name)) is not None:
             if refused.resource == "topic":

@@ -29,6 +29,8 @@ class Stats:
     rows_incomplete: int = 0
     assembling: bool = False
     """Rows have closed: the stats line reports rows from then on."""
+    sizes: Counter[int] = field(default_factory=Counter)
+    """Batches of each size since start."""
     totals: Counter[str] = field(default_factory=Counter)
     """Everything counted since start (the ``stopped`` line reports it)."""
     _latencies: list[np.ndarray] = field(default_factory=list)
@@ -42,6 +44,7 @@ class Stats:
         (real, padded) cost."""
         self.batches += 1
         self.batched_items += size
+        self.sizes[size] += 1
         self._latencies.append(latencies_ms)
         if padding is not None:
             self.real_cost += padding[0]
@@ -107,6 +110,7 @@ class Stats:
             "dead_letters": t["dead_letters"],
             "batches": t["batches"],
             "mean_batch_size": _ratio(t["batched_items"], t["batches"], 2),
+            "batch_sizes": dict(sorted(self.sizes.items())),
             "padding_efficiency": _ratio(t["real_cost"], t["padded_cost"], 3),
             **(
                 {"rows": t["rows_scored"], "rows_incomplete": t["rows_incomplete"]} if self.assembling else {}

@@ -3,6 +3,7 @@ the bench and the tests. Records come out as :class:`service.flow.records.InputR
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 from collections.abc import Iterator, Mapping
@@ -12,6 +13,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Top
 
 from service.errors import NotAuthorizedError, UnknownTopicError
 from service.flow.records import InputRecord
+from service.kafka.lookup import Offsets
 from service.kafka.source import to_record
 from service.observability import logs
 
@@ -58,6 +60,16 @@ def read_at_least(
     finally:
         consumer.close()
     return found
+
+
+@contextlib.contextmanager
+def offsets_lookup(client_conf: ClientConf) -> Iterator[Offsets]:
+    """Offsets asked of the cluster (partitions, watermarks, by time) through a reader's consumer."""
+    consumer = _reader(client_conf)
+    try:
+        yield Offsets(consumer)
+    finally:
+        consumer.close()
 
 
 def _reader(client_conf: ClientConf) -> Consumer:

@@ -17,18 +17,21 @@ reads all of, and read ``microbatch_points_total`` and ``microbatch_rows_total``
 from __future__ import annotations
 
 import argparse
+import time
 from collections import Counter, defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
+from confluent_kafka import KafkaException
 
+from service.backfill.bounds import parse, resolve
 from service.config import DlqSettings, InputSettings, OutputSettings, Settings
 from service.errors import EXIT_OK, CouldNotCheckError, NotAuthorizedError, UnknownTopicError
 from service.flow.records import InputRecord
 from service.formats import FORMATS, Format, load_format
-from service.tools.reader import ClientConf, read_to_end
+from service.tools.reader import ClientConf, offsets_lookup, read_to_end
 
 Coord = tuple[int, int]  # (input partition, input offset)
 Key = tuple[int, int, int | None]  # (input partition, input offset, item index or None for the whole message)
@@ -46,6 +49,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=FORMATS,
         help=f"the input format (default {InputSettings.env('format')}): how many items each input holds",
     )
+    parser.add_argument(
+        "--from",
+        dest="start",
+        default=None,
+        help="check only inputs from here on (the forms `microbatch backfill` takes; default: the beginning)",
+    )
+    parser.add_argument(
+        "--to", dest="end", default=None, help="check only inputs before this (same forms; default: the end)"
+    )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument(
         "--strict-order",
@@ -57,21 +69,42 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, settings: Settings) -> int:
     """Exit 0 when nothing was lost (and, with --strict-order, nothing answered out of order), else 1;
     4 (CouldNotCheckError) when a topic cannot be read to its end: a permission missing, a broker gone."""
+    client_conf = settings.kafka.client_config()
     try:
+        window = None
+        if args.start is not None or args.end is not None:
+            window = range_of(client_conf, args.input, args.start or "earliest", args.end or "latest")
         report = verify(
-            settings.kafka.client_config(),
+            client_conf,
             args.input,
             args.output or settings.output.topic,
             args.dlq or settings.dlq.topic,
             args.timeout,
             # OTLP requests hold metrics where rows are assembled: MICROBATCH_ASSEMBLE__ENABLED=true says so.
             fmt=load_format(args.format or settings.input.format, metrics=settings.assemble.enabled is True),
+            in_range=window,
         )
-    except (NotAuthorizedError, TimeoutError, RuntimeError) as exc:
+    except (NotAuthorizedError, TimeoutError, RuntimeError, KafkaException) as exc:
         raise CouldNotCheckError(f"could not check: {exc}") from None
     strict = args.strict_order
     print(msgspec.json.encode(report).decode() if args.json else format_report(report, strict_order=strict))
     return EXIT_OK if report.judge(strict_order=strict) else 1
+
+
+def range_of(client_conf: ClientConf, topic: str, start: str, end: str) -> Callable[[int, int], bool]:
+    """Whether (partition, offset) of ``topic`` lies in ``[start, end)``, each a bound as
+    ``microbatch backfill`` takes it (``service.backfill.bounds``), resolved now: give times or offsets to
+    check the range a backfill resolved earlier (``latest`` has moved on since, if the topic grew)."""
+    now_ms = time.time_ns() // 1_000_000
+    first, last = parse("--from", start, lambda: now_ms), parse("--to", end, lambda: now_ms)
+    with offsets_lookup(client_conf) as lookup:
+        tps = [(topic, p) for p in lookup.partitions(topic)]
+        starts, _ = resolve("--from", first, tps, lookup)
+        ends, _ = resolve("--to", last, tps, lookup)
+    bounds = {p: (starts[(t, p)], ends[(t, p)]) for t, p in tps}
+    return lambda partition, offset: (
+        partition in bounds and bounds[partition][0] <= offset < bounds[partition][1]
+    )
 
 
 @dataclass
@@ -183,13 +216,17 @@ def verify(
     timeout_s: float = 60,
     *,
     fmt: Format | None = None,
+    in_range: Callable[[int, int], bool] | None = None,
 ) -> VerifyReport:
     """Compare the three topics as they are now. Inputs produced after the call started are ignored;
     answers to inputs of other topics (a shared output topic) are ignored too. ``fmt`` is the input
-    format, needed only when it fans out (None: one item per input)."""
+    format, needed only when it fans out (None: one item per input). ``in_range(partition, offset)``:
+    only those inputs, and the answers to them, are checked (None: all)."""
     inputs: dict[int, list[tuple[int, int]]] = defaultdict(list)  # partition -> [(offset, items)]
     for record in read_to_end(client_conf, input_topic, timeout_s):
-        inputs[record.partition].append((record.offset, _items(record, fmt)))
+        if in_range is None or in_range(record.partition, record.offset):
+            inputs[record.partition].append((record.offset, _items(record, fmt)))
+    wanted: Callable[[int, int], bool] = in_range or (lambda _p, _o: True)
 
     answers: Counter[Key] = Counter()
     first_seen: set[Coord] = set()
@@ -203,11 +240,13 @@ def verify(
         rows = _row_inputs(value, input_topic)
         if rows is not None:  # an assembled row: it answers each message that fed it, in no offset order
             for key in rows:
+                if not wanted(key[0], key[1]):
+                    continue
                 reports.setdefault(key[0], PartitionReport(key[0])).results += 1
                 answers[key] += 1
             continue
         found = _result_source(value)
-        if found is None or found[0] != input_topic:
+        if found is None or found[0] != input_topic or not wanted(found[1][0], found[1][1]):
             continue
         key = found[1]
         report = reports.setdefault(key[0], PartitionReport(key[0]))
@@ -221,7 +260,7 @@ def verify(
         highest[lane] = max(highest[lane], key[1])
     for dead in _read_if_exists(client_conf, dlq_topic, timeout_s):
         found = _dead_letter_source(dead)
-        if found is None or found[0] != input_topic:
+        if found is None or found[0] != input_topic or not wanted(found[1][0], found[1][1]):
             continue
         reports.setdefault(found[1][0], PartitionReport(found[1][0])).dead_letters += 1
         answers[found[1]] += 1

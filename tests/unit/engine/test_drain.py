@@ -6,7 +6,7 @@ reading, so every rule is checked on known numbers."""
 from __future__ import annotations
 
 from service.config import load_settings
-from service.engine.drain import LIMIT, drain_ceiling
+from service.engine.drain import LIMIT, drain_ceiling, offline_size
 from service.engine.memory import MemoryLimit, host_limit, peak_rss
 from service.engine.model import Model
 from service.flow.encode import ModelRef
@@ -161,3 +161,25 @@ def test_the_host_limit_is_the_cgroups_else_the_ram(tmp_path):
     assert ram.source == "ram"
     assert ram.total > 0
     assert peak_rss() > 0
+
+
+def test_offline_size_is_the_knee_without_a_latency_budget():
+    clock = Clock()
+    # 50 ms per call: past the streaming budget at every size, so streaming stops measuring at once.
+    engine = Engine(clock, fixed=0.05, per_item=0.0001)
+    streaming = drain_ceiling(model(engine), batch(), clock, no_memory)
+    assert streaming.source == "budget"
+    offline = offline_size(model(engine), batch(), clock=clock, memory=no_memory)
+    assert offline.source in ("knee", "no_knee")
+    assert offline.size > streaming.size
+    assert offline.measured[0][0] == 16
+
+
+def test_offline_size_is_max_size_when_set_still_capped_by_memory():
+    clock = Clock()
+    engine = Engine(clock, fixed=0.001, per_item=0.0001)
+    assert offline_size(model(engine), batch(max_size=100), clock=clock, memory=no_memory).size == 100
+    limit = MemoryLimit(1000 * MiB, "cgroup")
+    used = lambda: engine.largest * 10 * MiB  # noqa: E731  (100 items: 1000 MiB, over 70%)
+    capped = offline_size(model(engine), batch(max_size=100), clock=clock, memory=lambda: (limit, used))
+    assert capped.source == "memory" and capped.size < 100

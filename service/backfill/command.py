@@ -1,0 +1,188 @@
+"""``microbatch backfill``: score a bounded range of the input topics at full speed, then exit.
+
+The offline regime. It takes the same MICROBATCH_* settings as ``run``, plus the range on the command
+line, and runs the service's own loop (decode, batch, infer, produce, commit only what was delivered),
+with three differences:
+
+- **Reading**: the range's partitions are assigned, not subscribed, so no consumer group rebalances and a
+  live service's offsets are never touched. Progress is committed under a group of the job's own,
+  ``<MICROBATCH_KAFKA__GROUP_ID>-backfill-<job>``: run it again with the same ``--job`` and it resumes
+  where the last run's deliveries got to (duplicates only from the uncommitted tail).
+- **Batches** are cut full, for throughput: no window, no adaptive size. The size is
+  ``MICROBATCH_BATCH__MAX_SIZE`` when set, else the model's throughput knee measured at warm-up, capped
+  so that peak memory stays under 70% of the limit (``service.engine.drain.offline_size``). Text is
+  chosen among a wider bucket window (order within a range does not matter).
+- **The end**: once every partition was read to its ``--to``, the loop finishes, flushes, commits and
+  exits 0 with a summary; 1 when stopped early or when outputs stayed unacknowledged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import time
+from typing import Any
+
+import msgspec
+import structlog
+
+from service.app import (
+    Stop,
+    build_clients,
+    build_pipeline,
+    check_topics,
+    freeze_heap,
+    serve_model,
+    start_server,
+)
+from service.backfill.bounds import ACCEPTED, parse, parse_partitions
+from service.backfill.plan import Plan, plan
+from service.backfill.progress import Progress
+from service.backfill.source import RangeSource
+from service.config import BatchSettings, OutputSettings, Settings, check_run_settings
+from service.engine.drain import offline_size
+from service.engine.samples import check_at_start
+from service.errors import EXIT_OK, UsageError
+from service.observability import AccessReport, Health, Metrics, Telemetry
+
+_log = structlog.get_logger("microbatch.backfill")
+
+BUCKET_BATCHES = 8
+"""Text: each batch is chosen among this many batches' worth of waiting lines (streaming: the setting)."""
+
+_JOB = re.compile(r"[A-Za-z0-9._-]{1,200}")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--job",
+        required=True,
+        help="names this backfill: its progress is committed under <group id>-backfill-<job>, and a run "
+        "with the same name resumes it",
+    )
+    parser.add_argument("--from", dest="start", default="earliest", help=f"where to start: {ACCEPTED}")
+    parser.add_argument(
+        "--to", dest="end", default="latest", help="where to stop, exclusive (same forms as --from)"
+    )
+    parser.add_argument(
+        "--output", default=None, help=f"the results topic (default {OutputSettings.env('topic')})"
+    )
+    parser.add_argument(
+        "--partitions",
+        default=None,
+        help="the partitions this process reads: 0,2,4-7, or I/N for those with p %% N == I (default all)",
+    )
+    parser.add_argument(
+        "--progress-interval", type=float, default=5.0, help="seconds between progress lines (not a terminal)"
+    )
+
+
+def run(args: argparse.Namespace, settings: Settings) -> int:
+    settings = backfill_settings(settings, args.job, args.output)
+    check_run_settings(settings)
+    now_ms = time.time_ns() // 1_000_000
+    first = parse("--from", args.start, lambda: now_ms)
+    last = parse("--to", args.end, lambda: now_ms)
+    chosen = parse_partitions("--partitions", args.partitions)
+    stop = Stop()
+    metrics = Metrics()
+    health = Health(settings.metrics.liveness_timeout_s, settings.metrics.broker_timeout_s)
+    metrics.ready.set_function(lambda: float(health.ready()[0]))
+    server = start_server(settings, metrics, health)
+    try:
+        source, sink = build_clients(settings.kafka, health.brokers, AccessReport(metrics, health), ends=True)
+        if not check_topics(source, settings, stop.requested.is_set):
+            source.close()
+            return EXIT_OK
+        planned = plan(source.offsets(), settings.input.topics, chosen, first, last)
+        _log.info("backfill_range", job=args.job, group=settings.kafka.group_id, **planned.describe())
+        if planned.ranges.done:
+            source.close()
+            _report(args.job, planned, {}, 0.0, done=True, nothing=True)
+            return EXIT_OK
+        model = serve_model(settings, metrics, {1})
+        size = offline_size(model, settings.batch)
+        _log.info("backfill_batch_size", **size.describe())
+        settings = settings.model_copy(update={"batch": offline_batch(settings.batch, size.size)})
+        check_at_start(settings, model)
+        health.warmed_up = True
+        telemetry = Telemetry(metrics, health, settings.log.stats_interval_s)
+        progress = Progress(planned.ranges.total, metrics.registry, interval_s=args.progress_interval)
+
+        def finish() -> None:
+            # The range is read. Assembled rows still open close on their deadline first, so that the
+            # messages that fed them are answered too.
+            if not pipeline.open_rows:
+                pipeline.stop()
+
+        ranged = RangeSource(source, planned.ranges, finish, progress)
+        pipeline = build_pipeline(
+            settings, ranged, sink, model.engine, model.processor, model.ref, telemetry, rows=model.rows
+        )
+        stop.attach(pipeline)
+        freeze_heap()
+        started = time.monotonic()
+        pipeline.run()
+        wall_s = time.monotonic() - started
+        progress.close(planned.ranges)
+        done = planned.ranges.done and not stop.requested.is_set() and pipeline.in_flight == 0
+        _report(args.job, planned, telemetry.stats.summary(), wall_s, done=done)
+        return EXIT_OK if done else 1
+    finally:
+        if server is not None:
+            server.close()
+
+
+def backfill_settings(settings: Settings, job: str, output: str | None) -> Settings:
+    """``settings`` with the job's group and the ``--output`` topic. Raises UsageError naming the flag."""
+    if not _JOB.fullmatch(job):
+        raise UsageError("--job", "use 1-200 letters, digits, '.', '_' or '-'")
+    if output is not None and output in settings.input.topics:
+        raise UsageError("--output", "is one of the input topics")
+    kafka = settings.kafka.model_copy(update={"group_id": f"{settings.kafka.group_id}-backfill-{job}"})
+    update: dict[str, Any] = {"kafka": kafka}
+    if output:
+        update["output"] = settings.output.model_copy(update={"topic": output})
+    return settings.model_copy(update=update)
+
+
+def offline_batch(batch: BatchSettings, size: int) -> BatchSettings:
+    """Batches cut full at ``size``: no adaptive target, a window long enough never to cut a batch early
+    while the range is being read (the last one is cut when the loop finishes), and text chosen among
+    :data:`BUCKET_BATCHES` batches' worth of lines."""
+    return batch.model_copy(
+        update={
+            "adaptive": False,
+            "max_size": size,
+            "max_wait_ms": 60_000.0,
+            "bucket_window": max(batch.bucket_window, BUCKET_BATCHES * size) if batch.bucket_window else 0,
+        }
+    )
+
+
+def _report(
+    job: str, planned: Plan, totals: dict[str, Any], wall_s: float, *, done: bool, nothing: bool = False
+) -> None:
+    """The summary: logged, and printed as one JSON object on stdout for scripts."""
+    events = totals.get("events_in", 0)
+    summary = {
+        "job": job,
+        "done": done,
+        "events": events,
+        "results": totals.get("results_out", 0),
+        "dead_letters": totals.get("dead_letters", 0),
+        "events_per_s": round(events / wall_s) if wall_s > 0 else 0,
+        "batch_sizes": totals.get("batch_sizes", {}),
+        "mean_batch_size": totals.get("mean_batch_size"),
+        "wall_s": round(wall_s, 3),
+        "range_offsets": planned.ranges.total,
+        "resumed": bool(planned.resumed),
+    }
+    if nothing:
+        hint = "this job already covered the range; another --job reads it again"
+        _log.info("backfill_nothing_to_do", hint=hint)
+    elif done:
+        _log.info("backfill_done", **summary)
+    else:
+        _log.warning("backfill_incomplete", hint="run again with the same --job to resume", **summary)
+    print(msgspec.json.encode(summary).decode(), flush=True)

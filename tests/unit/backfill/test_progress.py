@@ -1,0 +1,66 @@
+"""service/backfill/progress.py and the command's pure helpers: progress lines and gauges on a fake clock,
+the job's settings, offline batches."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from prometheus_client import CollectorRegistry
+from structlog.testing import capture_logs
+
+from service.backfill.command import BUCKET_BATCHES, backfill_settings, offline_batch
+from service.backfill.progress import Progress
+from service.backfill.ranges import Ranges
+from service.config import Settings
+from service.errors import UsageError
+from service.flow.records import InputRecord
+from tests.support.fakes import FakeClock
+
+A0 = ("a", 0)
+
+
+def test_progress_is_one_line_every_interval_and_two_gauges():
+    clock = FakeClock(0.0)
+    registry = CollectorRegistry()
+    ranges = Ranges({A0: 0}, {A0: 1000})
+    progress = Progress(ranges.total, registry, interval_s=5.0, stream=io.StringIO(), clock=clock)
+    with capture_logs() as logs:
+        clock.advance(4.9)
+        progress(ranges)  # not due yet
+        ranges.admit([InputRecord("a", 0, 249, None, b"{}", None, None, 0.0)])  # 250 read in 5 s
+        clock.advance(0.1)
+        progress(ranges)
+        progress(ranges)  # due again only 5 s later
+        clock.advance(5.0)
+        ranges.reached({A0: 1000})
+        progress.close(ranges)
+    lines = [entry for entry in logs if entry["event"] == "backfill_progress"]
+    assert [(e["read"], e["total"], e["percent"]) for e in lines] == [(250, 1000, 25.0), (1000, 1000, 100.0)]
+    assert lines[0]["events_per_s"] == 50 and lines[0]["eta_s"] == 15.0
+    assert registry.get_sample_value("microbatch_backfill_range_offsets") == 1000
+    assert registry.get_sample_value("microbatch_backfill_read_offsets") == 1000
+
+
+def test_the_job_gets_its_own_group_and_the_output_flag_replaces_the_topic():
+    settings = Settings(input={"topics": ["in"]}, kafka={"group_id": "scorer"}, output={"topic": "out"})
+    job = backfill_settings(settings, "rescore-2026.11_v2", "out-rescored")
+    assert job.kafka.group_id == "scorer-backfill-rescore-2026.11_v2"
+    assert job.output.topic == "out-rescored"
+    assert backfill_settings(settings, "j", None).output.topic == "out"
+
+
+@pytest.mark.parametrize(
+    ("job", "output", "flag"), [("a b", None, "--job"), ("", None, "--job"), ("j", "in", "--output")]
+)
+def test_a_bad_job_name_or_an_output_that_is_an_input_is_refused(job, output, flag):
+    settings = Settings(input={"topics": ["in"]})
+    with pytest.raises(UsageError, match=f"^{flag}: "):
+        backfill_settings(settings, job, output)
+
+
+def test_offline_batches_are_cut_full_with_a_wider_bucket_window():
+    batch = offline_batch(Settings().batch, 256)
+    assert (batch.adaptive, batch.max_size, batch.max_wait_ms) == (False, 256, 60_000.0)
+    assert batch.bucket_window == BUCKET_BATCHES * 256
+    assert offline_batch(Settings(batch={"bucket_window": 0}).batch, 256).bucket_window == 0
