@@ -7,15 +7,22 @@ OpenAPI schemas of kubernetes-validate, strict; the CRDs: the schemas vendored u
 and the manifests must agree with the service: its settings, its HTTP port and probe paths, its drain time,
 the consumer group and topic the autoscaler watches, the brokers' port, and the credential files, which the
 tests mount from the example Secret as the kubelet would before loading the settings.
+
+The backfill Job (``jobs/backfill``) is rendered too and held to the same schemas, to the backfill command's
+own parser (each index's arguments, which together read every partition once) and to the service it runs
+beside: overlays/cpu's image, settings and pod, none of its objects, none of its selectors.
 """
 
 from __future__ import annotations
 
 import base64
+import io
 import math
 import os
+import re
 import shutil
 import subprocess
+import time
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,9 +33,16 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
+from prometheus_client import CollectorRegistry
 from pydantic import SecretStr
 
+from service import cli
+from service.backfill.bounds import Time, parse_partitions
+from service.backfill.bounds import parse as parse_bound
+from service.backfill.command import backfill_settings
+from service.backfill.progress import Progress
 from service.config import KafkaSettings, Settings, load_settings, require_topics
+from service.errors import ConfigError, EnvironmentNotReadyError, MicrobatchError, UsageError
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "deploy" / "k8s"
@@ -107,11 +121,13 @@ def _kustomize(kubectl: str, directory: Path) -> list[dict[str, Any]]:
 @dataclass(frozen=True)
 class Manifests:
     """One rendering of an overlay: its objects and lookups into them, and with a security component the
-    Secret its secret/ kustomization makes (from placeholder files), which the cluster would hold."""
+    Secret its secret/ kustomization makes (from placeholder files), which the cluster would hold. The pod
+    and container are those of the ``workload`` (the Deployment; the Job for jobs/backfill)."""
 
     variant: Variant
     objects: list[dict[str, Any]]
     secret: dict[str, Any] | None = None
+    workload: str = "Deployment"
 
     @property
     def overlay(self) -> str:
@@ -139,7 +155,7 @@ class Manifests:
 
     @property
     def pod(self) -> dict[str, Any]:
-        return self.deployment["spec"]["template"]
+        return self.one(self.workload)["spec"]["template"]
 
     @property
     def container(self) -> dict[str, Any]:
@@ -356,22 +372,27 @@ def test_vendored_crd_schemas_reject_unknown_fields():
         jsonschema.validate(bad, schema)
 
 
+def _validate(obj: dict[str, Any]) -> None:
+    """Fails unless ``obj`` is valid against its API schema (strict), or its vendored CRD's."""
+    where = f"{obj['kind']}/{obj['metadata']['name']}"
+    crd = CRD_SCHEMAS.get((obj["apiVersion"], obj["kind"]))
+    if crd is not None:
+        try:
+            jsonschema.validate(obj, crd)
+        except jsonschema.ValidationError as exc:
+            pytest.fail(f"{where}: {exc.message} at {'.'.join(map(str, exc.absolute_path))}")
+        return
+    try:
+        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+    except kubernetes_validate.ValidationError as exc:
+        pytest.fail(f"{where}: {exc.message} at {'.'.join(map(str, exc.absolute_path))}")
+    except kubernetes_validate.SchemaNotFoundError as exc:
+        pytest.fail(f"{where}: {exc.message}; vendor its CRD under tests/deploy/schemas/ if it is one")
+
+
 def test_every_object_is_valid_against_its_schema(manifests: Manifests):
     for obj in manifests.objects:
-        where = f"{obj['kind']}/{obj['metadata']['name']}"
-        crd = CRD_SCHEMAS.get((obj["apiVersion"], obj["kind"]))
-        if crd is not None:
-            try:
-                jsonschema.validate(obj, crd)
-            except jsonschema.ValidationError as exc:
-                pytest.fail(f"{where}: {exc.message} at {'.'.join(map(str, exc.absolute_path))}")
-            continue
-        try:
-            kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
-        except kubernetes_validate.ValidationError as exc:
-            pytest.fail(f"{where}: {exc.message} at {'.'.join(map(str, exc.absolute_path))}")
-        except kubernetes_validate.SchemaNotFoundError as exc:
-            pytest.fail(f"{where}: {exc.message}; vendor its CRD under tests/deploy/schemas/ if it is one")
+        _validate(obj)
 
 
 def test_all_objects_live_in_the_one_namespace(manifests: Manifests):
@@ -478,6 +499,11 @@ def test_probes_hit_the_health_endpoints_on_the_settings_port(manifests: Manifes
 
 
 def test_service_and_servicemonitor_target_the_metrics_port(manifests: Manifests, settings: Settings):
+    _assert_scraped(manifests, settings)
+
+
+def _assert_scraped(manifests: Manifests, settings: Settings) -> None:
+    """The Service selects the pods and targets the metrics port; the ServiceMonitor scrapes it."""
     service = manifests.one("Service")
     assert _selects(service["spec"]["selector"], manifests.pod["metadata"]["labels"])
     ports = {p["name"]: p for p in service["spec"]["ports"]}
@@ -493,6 +519,10 @@ def test_service_and_servicemonitor_target_the_metrics_port(manifests: Manifests
 def test_network_policy_admits_only_metrics_in_and_kafka_and_dns_out(
     manifests: Manifests, settings: Settings
 ):
+    _assert_network_policy(manifests, settings)
+
+
+def _assert_network_policy(manifests: Manifests, settings: Settings) -> None:
     policy = manifests.one("NetworkPolicy")["spec"]
     assert _selects(policy["podSelector"], manifests.pod["metadata"]["labels"])
     assert set(policy["policyTypes"]) == {"Ingress", "Egress"}
@@ -818,3 +848,178 @@ def test_keda_connects_to_kafka_as_the_service_does(manifests: Manifests, settin
         assert key == _secret_key_of(manifests, field), f"KEDA's {parameter} is not the service's {field}"
     if tls:
         assert "ca" in targets, "KEDA would not trust the brokers' certificates"
+
+
+# --- a backfill: jobs/backfill -------------------------------------------------------------------------
+
+BACKFILL = K8S / "jobs" / "backfill"
+# Kubernetes sets it in every pod of an Indexed Job; `$(NAME)` in the arguments expands a container variable.
+INDEX_VARIABLE = "JOB_COMPLETION_INDEX"
+VARIABLE_REFERENCE = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
+BACKFILL_KINDS = {"Job", "ConfigMap", "Service", "ServiceMonitor", "NetworkPolicy"}
+BACKFILL_METRICS = {"microbatch_backfill_range_offsets", "microbatch_backfill_read_offsets"}
+
+
+@pytest.fixture(scope="module")
+def job() -> Manifests:
+    """jobs/backfill as committed: the Job, and what it takes from the base (it mirrors overlays/cpu)."""
+    return Manifests(Variant("cpu"), _kustomize(_kubectl(), BACKFILL), workload="Job")
+
+
+@pytest.fixture
+def service(render: Callable[[Variant], Manifests]) -> Manifests:
+    """overlays/cpu as committed: the service the backfill runs beside."""
+    return render(Variant("cpu"))
+
+
+@pytest.fixture
+def job_settings(job: Manifests, monkeypatch: pytest.MonkeyPatch) -> Settings:
+    """The settings as each of the Job's pods loads them."""
+    for name, value in job.environment().items():
+        monkeypatch.setenv(name, value)
+    return load_settings()
+
+
+def _job_argv(job: Manifests, index: int) -> list[str]:
+    """The container's arguments as pod ``index`` gets them: the kubelet expands ``$(JOB_COMPLETION_INDEX)``.
+    Fails on any other reference, and on a ``$`` left over (``$VAR``, ``${VAR}``: no shell expands them)."""
+    args = job.container["args"]
+    referenced = {name for arg in args for name in VARIABLE_REFERENCE.findall(arg)}
+    assert referenced == {INDEX_VARIABLE}, f"expected $({INDEX_VARIABLE}) alone, found {sorted(referenced)}"
+    argv = [VARIABLE_REFERENCE.sub(str(index), arg) for arg in args]
+    assert not any("$" in arg for arg in argv), f"left unexpanded: {argv}"
+    return argv
+
+
+def _on_exit(job_spec: dict[str, Any], code: int) -> str:
+    """The podFailurePolicy's action when the container exits with ``code``: the first rule that matches,
+    ``Count`` (against the index's retries) when none does."""
+    for rule in job_spec.get("podFailurePolicy", {}).get("rules", []):
+        codes = rule.get("onExitCodes")
+        if codes is None or codes.get("containerName", CONTAINER) != CONTAINER:
+            continue
+        if (code in codes["values"]) == (codes["operator"] == "In"):
+            return str(rule["action"])
+    return "Count"
+
+
+def test_backfill_objects_are_valid_and_live_in_the_namespace(job: Manifests, service: Manifests):
+    namespace = service.one("Namespace")["metadata"]["name"]
+    assert {o["kind"] for o in job.objects} == BACKFILL_KINDS
+    for obj in job.objects:
+        _validate(obj)
+        assert obj["metadata"].get("namespace") == namespace, f"{obj['kind']}/{obj['metadata']['name']}"
+
+
+def test_backfill_leaves_the_services_objects_alone(job: Manifests, service: Manifests):
+    """Every object is the backfill's own: one named as the overlay's would be overwritten by
+    ``kubectl apply -k`` and deleted by ``kubectl delete -k``. No selector of the service takes the Job's
+    pods in: the PodDisruptionBudget (its maxUnavailable cannot count a Job's pods and would block every
+    drain), the HPA (it averages the CPU of the Deployment's selector), the Service, the NetworkPolicy."""
+    theirs = {(o["kind"], o["metadata"]["name"]) for o in service.objects}
+    ours = {(o["kind"], o["metadata"]["name"]) for o in job.objects}
+    assert not ours & theirs, f"shared with overlays/cpu: {sorted(ours & theirs)}"
+    labels = job.pod["metadata"]["labels"]
+    selectors = {
+        "Deployment": service.deployment["spec"]["selector"],
+        "PodDisruptionBudget": service.one("PodDisruptionBudget")["spec"]["selector"],
+        "Service": service.one("Service")["spec"]["selector"],
+        "NetworkPolicy": service.one("NetworkPolicy")["spec"]["podSelector"],
+    }
+    taken = [kind for kind, selector in selectors.items() if _selects(selector, labels)]
+    assert not taken, f"the service's {taken} select the backfill's pods"
+
+
+def test_backfill_is_an_indexed_job_whose_failed_indexes_are_retried(job: Manifests, service: Manifests):
+    spec = job.one("Job")["spec"]
+    assert spec["completionMode"] == "Indexed"
+    assert spec["parallelism"] == spec["completions"]
+    assert 1 <= spec["completions"] <= service.partitions, "an index without a partition exits 2"
+    assert job.pod["spec"]["restartPolicy"] == "Never"
+    assert spec["backoffLimitPerIndex"] >= 1, "an incomplete index (exit 1) must get a pod that resumes it"
+    assert spec.get("backoffLimit", spec["backoffLimitPerIndex"]) >= spec["backoffLimitPerIndex"]
+    assert spec["podReplacementPolicy"] == "Failed", "two pods of one index would read the same partitions"
+    assert spec["ttlSecondsAfterFinished"] > 0
+    # Incomplete or stopped (1) and no broker or topic yet (3) are retried; a bad flag or setting is not.
+    assert _on_exit(spec, MicrobatchError.exit_code) == "Count"
+    assert _on_exit(spec, EnvironmentNotReadyError.exit_code) == "Count"
+    assert _on_exit(spec, UsageError.exit_code) == _on_exit(spec, ConfigError.exit_code) == "FailJob"
+    disrupted = {"type": "DisruptionTarget", "status": "True"}
+    rules = spec["podFailurePolicy"]["rules"]
+    evicted = [rule["action"] for rule in rules if disrupted in rule.get("onPodConditions", [])]
+    assert evicted == ["Ignore"], "a drained pod committed and stopped: not its index's failure"
+
+
+def test_backfill_arguments_parse_and_give_each_partition_to_one_pod(
+    job: Manifests, service: Manifests, job_settings: Settings
+):
+    """Every pod's arguments parse with the command's own parser; all share one --job (one group, each pod
+    committing only its partitions), --from, --to and --output; together the indexes read every partition
+    of the input topic once."""
+    assert "command" not in job.container, "the image's entrypoint is microbatch"
+    spec = job.one("Job")["spec"]
+    readers: dict[int, list[int]] = {p: [] for p in range(service.partitions)}
+    parsed = []
+    for index in range(spec["completions"]):
+        args = cli.parser("backfill").parse_args(_job_argv(job, index))
+        assert args.command == "backfill"
+        chosen = parse_partitions("--partitions", args.partitions)
+        for partition, indexes in readers.items():
+            if chosen(partition):
+                indexes.append(index)
+        parsed.append(args)
+    wrong = {p: indexes for p, indexes in readers.items() if len(indexes) != 1}
+    assert not wrong, f"partition -> the indexes that read it: {wrong}"
+    assert len({(a.job, a.start, a.end, a.output) for a in parsed}) == 1, "one backfill, not several"
+    args = parsed[0]
+    settings = backfill_settings(job_settings, args.job, args.output)  # a bad --job or --output raises
+    assert settings.kafka.group_id == f"{job_settings.kafka.group_id}-backfill-{args.job}"
+    assert settings.output.topic not in {job_settings.output.topic, job_settings.dlq.topic}
+    now_ms = time.time_ns() // 1_000_000
+    start = parse_bound("--from", args.start, lambda: now_ms)
+    end = parse_bound("--to", args.end, lambda: now_ms)
+    if isinstance(start, Time) and isinstance(end, Time):
+        assert start.ms < end.ms, "an empty range"
+
+
+def test_backfill_runs_the_services_image_settings_and_pod(
+    job: Manifests, service: Manifests, job_settings: Settings
+):
+    assert job.container["image"] == service.container["image"]
+    assert job.config == service.config, "microbatch.env, merged as overlays/cpu merges it"
+    assert job.container["env"] == service.container["env"]
+    assert job.environment() == service.environment()
+    configmap = job.one("ConfigMap")["metadata"]["name"]
+    assert job.container["envFrom"] == [{"configMapRef": {"name": configmap}}]
+    unknown = sorted(n for n in job.environment() if n.startswith("MICROBATCH_") and not _is_known_setting(n))
+    assert not unknown, f"not settings of the service: {unknown}"
+    require_topics(job_settings)
+    for key in ("imagePullPolicy", "ports", "resources", "securityContext", "volumeMounts"):
+        assert job.container.get(key) == service.container.get(key), key
+    for key in (
+        "serviceAccountName",
+        "automountServiceAccountToken",
+        "enableServiceLinks",
+        "securityContext",
+        "terminationGracePeriodSeconds",
+        "volumes",
+    ):
+        assert job.pod["spec"].get(key) == service.pod["spec"].get(key), key
+
+
+def test_backfill_serves_its_progress_on_the_metrics_port(job: Manifests, job_settings: Settings):
+    """Prometheus scrapes the pods while they run (the backfill's gauges among the metrics); the probes
+    ask /healthz, which answers 200 through start-up and 503 only once the read loop is stuck."""
+    assert job_settings.metrics.enabled
+    assert job_settings.metrics.host in {"0.0.0.0", "::"}
+    _assert_scraped(job, job_settings)
+    _assert_network_policy(job, job_settings)
+    container = job.container
+    assert "readinessProbe" not in container, "nothing is routed to the pods"
+    for probe in ("startupProbe", "livenessProbe"):
+        get = container[probe]["httpGet"]
+        assert (get["path"], get.get("scheme", "HTTP")) == ("/healthz", "HTTP"), probe
+        assert _port_number(container, get["port"]) == job_settings.metrics.port, probe
+    registry = CollectorRegistry()
+    Progress(1, registry, stream=io.StringIO())
+    assert {family.name for family in registry.collect()} >= BACKFILL_METRICS
