@@ -6,7 +6,8 @@ Loads EVENTS generated events (``logs`` or ``metrics``) into a fresh 4-partition
 service once per setting string per repeat, interleaved (so background load hits every setting alike), each
 into its own output topic, and prints events/s per run and the median per setting. Throughput is measured
 from the output records' timestamps, from the 1st percentile (start-up left out) to the last. An empty
-string runs the defaults. Needs the local broker (``make kafka-up``).
+string runs the defaults; ``COMMAND=backfill`` in a setting runs ``microbatch backfill`` over the whole topic
+instead of the service. Needs the local broker (``make kafka-up``).
 """
 
 from __future__ import annotations
@@ -44,13 +45,15 @@ def service_env(topic: str, out: str, model: str, setting: str) -> dict[str, str
             "metrics__port": 0,
         }
     )
-    return env | dict(pair.split("=", 1) for pair in setting.split())
+    return env | {k: v for k, v in (pair.split("=", 1) for pair in setting.split()) if k != "COMMAND"}
 
 
 def drain(admin: TopicAdmin, topic: str, events: int, model: str, setting: str) -> float:
     out = f"{topic}-{uuid.uuid4().hex[:4]}"
     admin.create([out, out + "-dlq"], PARTITIONS)
-    child = start(("service", "run"), service_env(topic, out, model, setting), Path(f"/tmp/{out}.log"))
+    offline = "COMMAND=backfill" in setting.split()
+    command = ("service", "backfill", "--job", out) if offline else ("service", "run")
+    child = start(command, service_env(topic, out, model, setting), Path(f"/tmp/{out}.log"))
     watermarks = Watermarks(CLIENT)
     try:
         while watermarks.count(out, PARTITIONS) < events and child.alive():

@@ -42,7 +42,10 @@ class Progress:
         if self._stream.isatty():
             from tqdm import tqdm
 
-            self._bar = tqdm(total=total, desc="backfill", unit="ev", unit_scale=True, file=self._stream)
+            # Redrawn when this says (every 0.2 s), not on tqdm's own clock.
+            self._bar = tqdm(
+                total=total, desc="backfill", unit="ev", unit_scale=True, file=self._stream, mininterval=0
+            )
             interval_s = 0.2
         self._interval_s = interval_s
         self._next = self._started + interval_s

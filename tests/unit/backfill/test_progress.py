@@ -64,3 +64,24 @@ def test_offline_batches_are_cut_full_with_a_wider_bucket_window():
     assert (batch.adaptive, batch.max_size, batch.max_wait_ms) == (False, 256, 60_000.0)
     assert batch.bucket_window == BUCKET_BATCHES * 256
     assert offline_batch(Settings(batch={"bucket_window": 0}).batch, 256).bucket_window == 0
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_on_a_terminal_progress_is_a_bar_of_events_read_with_rate_and_eta():
+    clock = FakeClock(0.0)
+    terminal = Terminal()
+    ranges = Ranges({A0: 0}, {A0: 2000})
+    progress = Progress(ranges.total, CollectorRegistry(), stream=terminal, clock=clock)
+    with capture_logs() as logs:
+        clock.advance(1.0)
+        ranges.admit([InputRecord("a", 0, 499, None, b"{}", None, None, 0.0)])
+        progress(ranges)
+        ranges.reached({A0: 2000})
+        progress.close(ranges)
+    drawn = terminal.getvalue()
+    assert "backfill:" in drawn and "500/2.00k" in drawn and "2.00k/2.00k" in drawn and "100%" in drawn
+    assert not [entry for entry in logs if entry["event"] == "backfill_progress"]  # the bar instead
