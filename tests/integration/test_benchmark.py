@@ -11,9 +11,17 @@ import sys
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from service.tools.bench.scenarios import SCENARIOS
+from service.tools.bench.scenarios import (
+    BACKFILL,
+    RAW_ORT_AT_BACKFILL,
+    RAW_ORT_SORTED_AT_BACKFILL,
+    SCENARIOS,
+    SERVICE,
+)
 
 BENCH_TIMEOUT_S = 240
+BACKFILL_CEILINGS = {"A": RAW_ORT_AT_BACKFILL, "B": RAW_ORT_SORTED_AT_BACKFILL}
+"""The raw ONNX Runtime row pinned at the backfill's batch size, per scenario with a backfill row."""
 
 
 def bench_topics(admin: AdminClient) -> set[str]:
@@ -110,6 +118,28 @@ def test_the_service_half_load_is_half_of_its_stream_regime(quick_run):
         assert 1 <= stream["mean_batch_size"] <= max_size, key
 
 
+def test_the_backfill_drains_the_backlog_as_a_fresh_job_and_exits_by_itself(quick_run):
+    """``microbatch backfill`` read the whole backlog as a new job (nothing resumed), picked its own batch
+    size with the default settings, printed its summary and exited 0 without being stopped; the raw
+    ONNX Runtime row it is compared with ran at that same size."""
+    result, _stdout, _left = quick_run
+    for key, ceiling in BACKFILL_CEILINGS.items():
+        scenario = result["scenarios"][key]
+        figures = scenario["systems"][BACKFILL]["throughput"]
+        assert figures["complete"] and figures["exit_code"] == 0, key
+        assert figures["events_per_s"] > 0, key
+        summary = figures["summary"]
+        assert summary["done"] is True and summary["resumed"] is False, key
+        assert summary["events"] == summary["results"] == summary["range_offsets"] == figures["inputs"], key
+        size = scenario["backfill_batch_size"]
+        assert size == figures["drain_ceiling"] >= result["settings"]["batch"]["max_size"], key
+        assert 1 <= figures["mean_batch_size"] <= size, key
+        pinned = scenario["systems"][ceiling]["throughput"]
+        assert pinned["batch_size"] == size and pinned["pinned_to"] == BACKFILL, key
+        assert scenario["systems"][BACKFILL]["latency"] is None, key  # no latency target, no latency run
+    assert result["scenarios"]["B"]["systems"][RAW_ORT_SORTED_AT_BACKFILL]["throughput"]["order"] == "length"
+
+
 def test_ratios_and_targets_are_computed(quick_run):
     result, _stdout, _left = quick_run
     for key, scenario in result["scenarios"].items():
@@ -121,6 +151,14 @@ def test_ratios_and_targets_are_computed(quick_run):
             assert target["value"] is not None, (key, target)
             if target["threshold"] is not None:
                 assert isinstance(target["passed"], bool), (key, target)
+    thresholds = {
+        (key, target["name"]): target["threshold"]
+        for key, scenario in result["scenarios"].items()
+        for target in scenario["targets"]
+    }
+    assert thresholds["A", f"{BACKFILL} / {SERVICE} throughput"] == 1.3
+    assert thresholds["A", f"{BACKFILL} / {RAW_ORT_AT_BACKFILL} throughput"] is None
+    assert thresholds["B", f"{BACKFILL} / {RAW_ORT_SORTED_AT_BACKFILL} throughput"] == 0.9
 
 
 def test_results_describe_the_machine_and_the_settings(quick_run):
@@ -136,6 +174,8 @@ def test_tables_are_printed_and_no_topic_is_left_behind(quick_run):
     _result, stdout, left = quick_run
     assert "| system | events/s |" in stdout
     assert "| ratio or target |" in stdout
+    assert f"| {BACKFILL}: " in stdout
+    assert f"| {BACKFILL} / {SERVICE} throughput |" in stdout
     assert left == set()
 
 

@@ -2,7 +2,9 @@
 
 Scenario A (transport-bound, ``metrics-anomaly``) compares the service with a bare consume -> produce
 passthrough and a naive one-message-at-a-time loop; scenario B (model-bound, ``log-classifier``) with raw
-ONNX Runtime and the naive loop. Method and modules: docs/BENCHMARKS.md.
+ONNX Runtime and the naive loop. Both also drain the backlog with ``microbatch backfill`` and compare it
+with the service and with raw ONNX Runtime at the backfill's batch size. Method and modules:
+docs/BENCHMARKS.md.
 """
 
 from __future__ import annotations

@@ -154,10 +154,32 @@ def cpu_per_event_us(cpu_percent: float | None, events_per_s: float | None) -> f
     return round(cpu_percent / 100 / events_per_s * 1_000_000, 1)
 
 
+_SIZE_LINES = frozenset({"batch_sizes", "backfill_batch_size"})
+
+
 def drain_ceiling(log_lines: Iterable[dict]) -> int | None:
-    """The drain ceiling the service measured at start-up (``drain_max_size`` of its ``batch_sizes`` line);
-    None when it logged none."""
+    """The largest batch size the service chose at start-up: ``drain_max_size`` of its ``batch_sizes`` line
+    (the drain ceiling), or of a backfill's ``backfill_batch_size`` line (the size it cuts every batch
+    at); None when it logged neither."""
     for line in log_lines:
-        if line.get("event") == "batch_sizes" and isinstance(line.get("drain_max_size"), int):
+        if line.get("event") in _SIZE_LINES and isinstance(line.get("drain_max_size"), int):
             return line["drain_max_size"]
     return None
+
+
+def summary(log_lines: Iterable[dict]) -> dict[str, Any] | None:
+    """The one JSON line ``microbatch backfill`` prints on stdout at its end (``job``, ``events``,
+    ``results``, ``batch_sizes``, ``events_per_s``, ...): the last line of its log that has a ``job`` and
+    no ``event`` (the log lines all have one). None when it printed none."""
+    found = None
+    for line in log_lines:
+        if "event" not in line and "job" in line:
+            found = line
+    return found
+
+
+def most_common_size(batch_sizes: Mapping[str, int] | Mapping[int, int]) -> int | None:
+    """The batch size that ran most often, from ``{size: batches}`` (sizes as JSON keys, so strings);
+    the larger of a tie. None for no batches."""
+    counts = [(int(count), int(size)) for size, count in batch_sizes.items()]
+    return max(counts)[1] if counts else None

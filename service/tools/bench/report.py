@@ -69,6 +69,12 @@ def _scenario_heading(key: str, scenario: Mapping[str, Any]) -> str:
     measured = (
         f" The defaults row measured a knee (drain ceiling) of {knee} at warm-up{pinned}." if knee else ""
     )
+    backfill = scenario.get("backfill_batch_size")
+    if backfill:
+        measured += (
+            f" The backfill, with the default settings, cut its batches at {backfill} (the knee it measured "
+            f"at warm-up); the raw ONNX Runtime row at the backfill's batch size ran batches of that size."
+        )
     return (
         f"#### {key}. {scenario.get('title', '')}: `{scenario.get('model', '')}`\n\n"
         f"Batches of up to {scenario.get('batch_size', NA)} (`BATCH__MAX_SIZE`) for the baselines and the "

@@ -15,19 +15,27 @@ consumer group, each with a fresh process:
 3. light load (the systems marked ``light``): the same, at the fixed ``light_rate`` events/s, the same
    for every system, so that latency and CPU per event compare at one modest rate.
 
+A system that ends by itself (``microbatch backfill``: it reads the backlog that is there when it starts,
+then exits) gets the throughput phase only, as a fresh job named after its fresh topics; the runner waits
+for its exit, and anything but 0 makes the phase incomplete.
+
 The in-process model baselines (``raw-ort``) are timed by themselves and report their own figures; the
 median batch time of ``raw-ort`` at the service's maximum batch size is the batch inference time of the
-latency target. Nothing here asserts a target: ratios and verdicts go into the results for people to read.
+latency target. A row pinned to another's batch size (``pin_to``) runs after it, at the size that row
+measured at its warm-up. Nothing here asserts a target: ratios and verdicts go into the results for people
+to read.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
 import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,7 +47,15 @@ from service.config import KafkaSettings, Settings, private_option
 from service.errors import BrokerUnavailableError
 from service.tools.bench import kafka_io, machine, measure
 from service.tools.bench.process import Sampler, child_env
-from service.tools.bench.scenarios import PASSTHROUGH, RAW_ORT, SERVICE, Scenario, System, selected
+from service.tools.bench.scenarios import (
+    BACKFILL,
+    PASSTHROUGH,
+    RAW_ORT,
+    SERVICE,
+    Scenario,
+    System,
+    selected,
+)
 from service.tools.bench.targets import evaluate
 from service.tools.bench.workload import cycle, make_events
 from service.tools.processes import Child, start
@@ -47,6 +63,9 @@ from service.tools.topics import TopicAdmin, Watermarks
 
 _FIRST_OUTPUT_TIMEOUT_S = 120.0  # start-up: imports, model load and warm-up, group join
 _STALL_TIMEOUT_S = 60.0  # no new output for this long: the system is stuck, stop waiting
+_EXIT_TIMEOUT_S = 60.0  # a system that ends by itself: from its last output to its exit (flush, commit)
+POLL_S = 0.5
+"""How often the output counts are asked for while a system runs."""
 _MIN_EVENTS = 200
 _WARM_UP_EVENTS = 20
 # Distinct events per scenario; longer inputs repeat them. Enough for variety, small enough to hold.
@@ -85,8 +104,9 @@ class Bench:
         self.admin = TopicAdmin(self.kafka.client_config())
         self.run_id = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:4]
         self.incomplete: list[str] = []
-        self.knees: dict[str, int] = {}
-        """Per scenario: the drain ceiling its defaults row measured at warm-up (``pin_knee`` rows use it)."""
+        self.sizes: dict[tuple[str, str], int] = {}
+        """Per scenario and system: the batch size it measured at warm-up (the defaults row's drain ceiling,
+        the backfill's batch size); the rows pinned to it (``pin_to``) run at that size."""
 
     def check_broker(self) -> None:
         try:
@@ -137,10 +157,7 @@ class Bench:
         backlog = {s.name: self.backlog_size(s) for s in scenario.systems if s.kafka}
         pools: dict[tuple[str, int], list] = {}
         entries: dict[str, dict[str, Any]] = {}
-        # A system whose drain rate sets another's latency load is measured first; the rest keep their order
-        # (the defaults row before the row pinned at the knee it measures).
-        bases = {s.load_of for s in scenario.systems}
-        for system in sorted(scenario.systems, key=lambda s: s.name not in bases):
+        for system in run_order(scenario.systems):
             entry: dict[str, Any] = {"label": system.label}
             if system.kafka:
                 kind, per = system.kind or scenario.kind, system.items_per_message
@@ -152,8 +169,8 @@ class Bench:
                 entry["throughput"] = self.throughput_phase(
                     scenario, system, cycle(pool, backlog[system.name] // per)
                 )
-                if system.name == SERVICE and (knee := entry["throughput"].get("drain_ceiling")):
-                    self.knees[scenario.key] = knee
+                if size := entry["throughput"].get("drain_ceiling"):
+                    self.sizes[scenario.key, system.name] = size
                 drained = _drain_rate(entry)
                 basis = entries.get(system.load_of, {}) if system.load_of else entry
                 rate = _drain_rate(basis) if drained else None
@@ -181,7 +198,8 @@ class Bench:
             "model": scenario.model,
             "kind": scenario.kind,
             "batch_size": self.batch_size(scenario),
-            "measured_knee": self.knees.get(scenario.key),
+            "measured_knee": self.sizes.get((scenario.key, SERVICE)),
+            "backfill_batch_size": self.sizes.get((scenario.key, BACKFILL)),
             "max_wait_ms": max_wait_ms,
             "batch_inference_ms": batch_ms,
             "systems": systems,
@@ -239,6 +257,11 @@ class Bench:
                 "cpu_percent": measure.cpu_percent(run["samples"], first, first + window),
             }
         figures |= self._common(system, run, outputs)
+        if system.ends:
+            summary = measure.summary(run["child"].log_lines())
+            figures["summary"] = summary
+            if figures["drain_ceiling"] is None and summary:
+                figures["drain_ceiling"] = measure.most_common_size(summary.get("batch_sizes") or {})
         self._check(scenario, system, "throughput", figures)
         return figures
 
@@ -294,6 +317,8 @@ class Bench:
         finally:
             code = child.stop()
         figures: dict[str, Any] = {"complete": code == 0 and out.is_file(), "exit_code": code}
+        if system.pin_to:
+            figures["pinned_to"] = system.pin_to
         if figures["complete"]:
             reported = msgspec.json.decode(out.read_bytes())
             window = reported.pop("window_s")
@@ -329,13 +354,19 @@ class Bench:
         inputs = len(events) * per
         sending = (0.0, time.time())
         group = f"{topics.input}.group"
+        # A system that ends by itself is a backfill: a new job per run (named after its fresh input
+        # topic), else it would resume the last run's job and find nothing to do.
+        job = topics.input
+        groups = [group, backfill_group(group, job)] if system.ends else [group]
+        argv = [*system.argv, "--job", job] if system.ends else list(system.argv)
         try:
             if not rate:
                 sender.send(topics.input, events)
             env = self.env(scenario, system, {"KAFKA__GROUP_ID": group, **_topic_env(topics)})
             log = f"{scenario.key}-{system.name}-{log_name or phase}.log"
             log_path = self.options.log_dir / self.run_id / log
-            child = start(system.argv, env, log_path)
+            child = start(argv, env, log_path)
+            complete = False
             try:
                 with Sampler(child.pid) as sampler:
                     if rate:
@@ -345,13 +376,14 @@ class Bench:
                         sending = (began + settle_s, time.time())
                     complete = self._wait_answered(child, counter, topics, inputs, f"{system.name} {phase}")
             finally:
-                exit_code = child.stop()
+                exit_code = finish(child, system.ends and complete)
             outputs = kafka_io.read_outputs(client_conf, topics.output)
             dead = counter.count(topics.dlq, parts)
         finally:
             counter.close()
             self.admin.delete(topics.all())
-            self.admin.delete_group(group)
+            for name in groups:
+                self.admin.delete_group(name)
         since_us = int(sending[0] * 1_000_000)
         return {
             "complete": complete and exit_code == 0 and len(outputs) == inputs,
@@ -388,26 +420,31 @@ class Bench:
     def _wait_answered(
         self, child: Child, counter: Watermarks, topics: kafka_io.Topics, expected: int, what: str
     ) -> bool:
-        """Until outputs + dead letters reach ``expected``: True; False if the system exited or stalled."""
+        """Until outputs + dead letters reach ``expected``: True; False if the system exited first or
+        stalled. A system that exits right after its last output (one that ends by itself) has answered:
+        its exit is seen before the count that finds every answer."""
         parts = self.options.partitions
         done = last_change = 0
         changed_at = time.monotonic()
         with tqdm(total=expected, desc=what, unit="ev", disable=None, leave=False, file=sys.stderr) as bar:
             while done < expected:
-                time.sleep(0.5)
+                time.sleep(POLL_S)
+                exited = not child.alive()
                 done = counter.count(topics.output, parts) + counter.count(topics.dlq, parts)
                 bar.update(done - bar.n)
+                if done >= expected:
+                    break
                 now = time.monotonic()
                 if done != last_change:
                     last_change, changed_at = done, now
                 limit = _STALL_TIMEOUT_S if done else _FIRST_OUTPUT_TIMEOUT_S
-                if not child.alive() or now - changed_at > limit:
+                if exited or now - changed_at > limit:
                     _say(f"  {what}: {done} of {expected} answered; giving up (log {child.log_path})")
                     return False
         return True
 
     def env(self, scenario: Scenario, system: System, overrides: dict[str, str]) -> dict[str, str]:
-        size = self.knees.get(scenario.key) if system.pin_knee else None
+        size = self.sizes.get((scenario.key, system.pin_to)) if system.pin_to else None
         max_size = self.settings.batch.max_size if system.defaults else (size or self.batch_size(scenario))
         sized = {} if system.defaults else {"BATCH__MAX_SIZE": str(max_size)}
         if not system.drain_regime:
@@ -448,6 +485,40 @@ class Bench:
             self.incomplete.append(f"{scenario.key}/{system.name}/{phase}")
         shown = {k: figures.get(k) for k in ("events_per_s", "p50_ms", "p99_ms", "outputs", "inputs")}
         _say(f"  -> {', '.join(f'{k} {v}' for k, v in shown.items() if v is not None)}")
+
+
+def run_order(systems: Sequence[System]) -> list[System]:
+    """The declared order, except that a system runs after those it depends on: the one whose drain rate
+    sets its latency load (``load_of``) and the one whose batch size it is pinned to (``pin_to``)."""
+    by_name = {s.name: s for s in systems}
+    order: list[System] = []
+
+    def visit(system: System) -> None:
+        if system in order:
+            return
+        for name in (system.load_of, system.pin_to):
+            if name is not None and name in by_name:
+                visit(by_name[name])
+        order.append(system)
+
+    for system in systems:
+        visit(system)
+    return order
+
+
+def finish(child: Child, ends: bool) -> int:
+    """Stop ``child``; its exit code. One that ends by itself and has answered everything (``ends``) gets
+    ``_EXIT_TIMEOUT_S`` to exit first: a signal would stop it early (a backfill then exits 1)."""
+    if ends:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            child.proc.wait(timeout=_EXIT_TIMEOUT_S)
+    return child.stop()
+
+
+def backfill_group(group: str, job: str) -> str:
+    """The group ``microbatch backfill --job job`` commits its progress under, with ``group`` as its
+    ``KAFKA__GROUP_ID`` (``service.backfill.command.backfill_settings``): deleted with the run's own."""
+    return f"{group}-backfill-{job}"
 
 
 def _drain_rate(entry: dict[str, Any]) -> float | None:

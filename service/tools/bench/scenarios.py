@@ -17,6 +17,9 @@ BATCH_LOOP = "batch-loop"
 NAIVE = "naive"
 RAW_ORT = "raw-ort"
 RAW_ORT_SORTED = "raw-ort-sorted"
+BACKFILL = "backfill"
+RAW_ORT_AT_BACKFILL = "raw-ort-at-backfill"
+RAW_ORT_SORTED_AT_BACKFILL = "raw-ort-sorted-at-backfill"
 SERVICE_JSON = "service-json-lines"
 RECORDS_PER_REQUEST = 50
 """Log records per OTLP request in scenario C: the Collector's batch processor sends hundreds per request at
@@ -52,13 +55,18 @@ class System:
     """Give it a latency run at ``latency_load`` of its drain rate (after its drain)."""
     light: bool = False
     """Give it a light-load latency run too, at the fixed ``--light-rate``."""
-    pin_knee: bool = False
-    """Pin ``BATCH__MAX_SIZE`` to the knee the defaults row measured at its warm-up (its drain ceiling)."""
+    pin_to: str | None = None
+    """Pin ``BATCH__MAX_SIZE`` to the batch size THIS system measured at its warm-up (measured first): the
+    defaults row's knee (its drain ceiling), or the size the backfill cut its batches at."""
     drain_regime: bool = True
     """False: ``BATCH__DRAIN_MAX_SIZE`` = its ``BATCH__MAX_SIZE``, so it never leaves the stream regime."""
     load_of: str | None = None
     """Its latency runs go at ``latency_load`` of THIS system's drain rate (None: of its own). That system
     is measured first."""
+    ends: bool = False
+    """It exits by itself (0) once its backlog is done: ``microbatch backfill``, started with a ``--job``
+    named after the run's fresh input topic (a new job each run). The runner waits for that exit instead
+    of stopping it; a system still running then is stopped, and any exit but 0 leaves it incomplete."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +127,30 @@ def _stream(hint: float) -> System:
     )
 
 
+def _backfill(hint: float) -> System:
+    """``microbatch backfill`` with the default batch settings, as a user runs it: it picks its own batch
+    size (the knee it measures at warm-up) and exits once the range (the backlog there when it starts) is
+    done. The runner names the job after the run's fresh topics, so each run is a new job. No latency
+    run: an offline range has no latency target. ``hint``: the defaults row's, so that both drain a
+    backlog of the same size."""
+    return System(
+        BACKFILL,
+        "microbatch backfill, default settings (batches cut full at the knee it measured)",
+        ("service", "backfill"),
+        True,
+        hint,
+        defaults=True,
+        latency=False,
+        ends=True,
+    )
+
+
+def _raw_ort_at_backfill(name: str, label: str, *args: str) -> System:
+    """Raw ONNX Runtime pinned at the batch size the backfill row used: its ceiling at that size."""
+    argv = ("service.tools.bench.baselines", RAW_ORT, *args)
+    return System(name, label, argv, False, 0, latency=False, pin_to=BACKFILL)
+
+
 def _baseline(
     name: str, label: str, kafka: bool, hint: float, *args: str, latency: bool = True, light: bool = False
 ) -> System:
@@ -146,7 +178,7 @@ SCENARIOS: dict[str, Scenario] = {
                 100_000,
                 env=(("BATCH__ADAPTIVE", "false"),),
                 latency=False,
-                pin_knee=True,
+                pin_to=SERVICE,
             ),
             System(
                 SERVICE_SWEPT,
@@ -168,8 +200,10 @@ SCENARIOS: dict[str, Scenario] = {
                 latency=False,
                 light=True,
             ),
+            _backfill(100_000),
             _baseline(NAIVE, "naive per-message loop", True, 1_000),
             _baseline(RAW_ORT, "raw ONNX Runtime, no Kafka", False, 0),
+            _raw_ort_at_backfill(RAW_ORT_AT_BACKFILL, "raw ONNX Runtime at the backfill's batch size"),
         ),
         ratios=(
             Ratio(SERVICE, SERVICE_KNEE, 0.9),
@@ -180,6 +214,9 @@ SCENARIOS: dict[str, Scenario] = {
             Ratio(SERVICE, PASSTHROUGH, 0.5),
             Ratio(SERVICE, BATCH_LOOP),
             Ratio(SERVICE, NAIVE, 5.0),
+            Ratio(BACKFILL, SERVICE, 1.3),
+            Ratio(BACKFILL, SERVICE_STREAM),
+            Ratio(BACKFILL, RAW_ORT_AT_BACKFILL),
         ),
         # The whole-service knee of `microbatch sweep --pipeline` (docs/BENCHMARKS.md): the swept row's
         # size, and raw ONNX Runtime's batches. The defaults row keeps the service's own settings.
@@ -200,6 +237,15 @@ SCENARIOS: dict[str, Scenario] = {
             _baseline(
                 RAW_ORT_SORTED, "raw ONNX Runtime, batches sorted by length", False, 0, "--order", "length"
             ),
+            _backfill(4_000),
+            # The backfill buckets by length too (among more lines than the service), so the sorted
+            # batches at its size are its honest ceiling.
+            _raw_ort_at_backfill(
+                RAW_ORT_SORTED_AT_BACKFILL,
+                "raw ONNX Runtime, batches sorted by length, at the backfill's batch size",
+                "--order",
+                "length",
+            ),
             _baseline(NAIVE, "naive per-message loop", True, 1_000),
         ),
         ratios=(
@@ -207,6 +253,8 @@ SCENARIOS: dict[str, Scenario] = {
             Ratio(SERVICE, RAW_ORT, 0.9),
             Ratio(SERVICE, SERVICE_STREAM),
             Ratio(SERVICE, NAIVE),
+            Ratio(BACKFILL, RAW_ORT_SORTED_AT_BACKFILL, 0.9),
+            Ratio(BACKFILL, SERVICE),
         ),
     ),
     "C": Scenario(

@@ -17,9 +17,11 @@ from service.tools.bench.measure import (
     latencies_ms,
     mean_batch_size,
     median_run,
+    most_common_size,
     padding_efficiency,
     peak_rss_mib,
     percentiles,
+    summary,
     tensor_padding_efficiency,
     throughput,
 )
@@ -162,6 +164,25 @@ def test_the_drain_ceiling_comes_from_the_batch_sizes_line():
     lines = [{"event": "started"}, {"event": "batch_sizes", "max_size": 16, "drain_max_size": 256}]
     assert drain_ceiling(lines) == 256
     assert drain_ceiling([{"event": "started"}]) is None
+
+
+def test_a_backfill_reports_the_size_it_cut_its_batches_at_and_its_summary():
+    summary_line = {"job": "j", "done": True, "events": 300, "batch_sizes": {"44": 1, "128": 2}}
+    lines = [
+        {"event": "backfill_range", "offsets": 300},
+        {"event": "backfill_batch_size", "drain_max_size": 128, "from": "knee"},
+        {"event": "backfill_done", "job": "j", "events": 300},
+        summary_line,
+    ]
+    assert drain_ceiling(lines) == 128
+    assert summary(lines) == summary_line  # the stdout line, not the log line of the same name
+    assert summary(lines[:3]) is None
+    assert most_common_size(summary_line["batch_sizes"]) == 128
+
+
+def test_the_most_common_batch_size_takes_the_larger_of_a_tie():
+    assert most_common_size({"64": 3, "128": 3, "7": 1}) == 128
+    assert most_common_size({}) is None
 
 
 def test_cpu_per_event_is_cpu_seconds_per_event_in_microseconds():

@@ -172,3 +172,23 @@ def test_no_light_load_runs_no_light_table():
     result = json.loads(json.dumps(RESULT))
     del result["scenarios"]["A"]["systems"]["service"]["light"]
     assert "light load |" not in render(result)
+
+
+def test_the_heading_names_the_backfill_batch_size_and_its_rows_are_tabled():
+    result = json.loads(json.dumps(RESULT))
+    scenario = result["scenarios"]["A"]
+    assert "backfill" not in render(result)
+    scenario["backfill_batch_size"] = 128
+    scenario["systems"]["backfill"] = {
+        "label": "microbatch backfill",
+        "throughput": {"complete": True, "events_per_s": 20000.0, "mean_batch_size": 127.9},
+        "latency": None,
+    }
+    ratio = {"name": "backfill / service throughput", "value": 1.62, "op": ">=", "threshold": 1.3}
+    scenario["targets"].insert(0, ratio | {"passed": True})
+    text = render(result)
+    assert "The backfill, with the default settings, cut its batches at 128" in text
+    (row,) = table_rows(text, "backfill: ")
+    assert row[1:3] == ["20,000", "n/a"] and row[6] == "127.9"
+    (verdict_row,) = table_rows(text, "backfill / service")
+    assert verdict_row[1:] == ["1.62", ">= 1.3", "pass"]

@@ -5,8 +5,11 @@ from __future__ import annotations
 import pytest
 
 from service.tools.bench.scenarios import (
+    BACKFILL,
     BATCH_LOOP,
     PASSTHROUGH,
+    RAW_ORT_AT_BACKFILL,
+    RAW_ORT_SORTED_AT_BACKFILL,
     SCENARIOS,
     SERVICE,
     SERVICE_KNEE,
@@ -145,7 +148,7 @@ def test_scenario_a_holds_the_defaults_to_the_pinned_knee_and_the_knee_to_the_pa
     ratios = {(r.numerator, r.denominator): r.minimum for r in SCENARIOS["A"].ratios}
     assert ratios[SERVICE, SERVICE_KNEE] == 0.9
     assert ratios[SERVICE_KNEE, PASSTHROUGH] == 0.8
-    assert {r.numerator for r in SCENARIOS["B"].ratios} == {SERVICE}
+    assert {r.numerator for r in SCENARIOS["B"].ratios} == {SERVICE, BACKFILL}
     assert (
         dict(((r.numerator, r.denominator), r.minimum) for r in SCENARIOS["B"].ratios)[
             SERVICE, "raw-ort-sorted"
@@ -155,4 +158,34 @@ def test_scenario_a_holds_the_defaults_to_the_pinned_knee_and_the_knee_to_the_pa
     defaults = next(s for s in SCENARIOS["A"].systems if s.name == SERVICE)
     knee = next(s for s in SCENARIOS["A"].systems if s.name == SERVICE_KNEE)
     assert defaults.defaults and not defaults.env
-    assert not knee.defaults and knee.pin_knee and ("BATCH__ADAPTIVE", "false") in knee.env
+    assert not knee.defaults and knee.pin_to == SERVICE and ("BATCH__ADAPTIVE", "false") in knee.env
+
+
+def test_the_backfill_is_held_to_the_service_in_a_and_to_the_sorted_ceiling_at_its_size_in_b():
+    a = {(r.numerator, r.denominator): r.minimum for r in SCENARIOS["A"].ratios}
+    b = {(r.numerator, r.denominator): r.minimum for r in SCENARIOS["B"].ratios}
+    assert a[BACKFILL, SERVICE] == 1.3
+    assert a[BACKFILL, RAW_ORT_AT_BACKFILL] is None  # reported only
+    assert b[BACKFILL, RAW_ORT_SORTED_AT_BACKFILL] == 0.9
+    for key, ceiling in (("A", RAW_ORT_AT_BACKFILL), ("B", RAW_ORT_SORTED_AT_BACKFILL)):
+        systems = {s.name: s for s in SCENARIOS[key].systems}
+        backfill = systems[BACKFILL]
+        assert backfill.kafka and backfill.defaults and backfill.ends
+        assert backfill.argv == ("service", "backfill")
+        assert not backfill.latency and not backfill.light and not backfill.env
+        assert backfill.rate_hint == systems[SERVICE].rate_hint  # a backlog of the same size
+        assert not systems[ceiling].kafka and systems[ceiling].pin_to == BACKFILL
+    sorted_row = next(s for s in SCENARIOS["B"].systems if s.name == RAW_ORT_SORTED_AT_BACKFILL)
+    assert sorted_row.argv[-2:] == ("--order", "length")
+
+
+def test_a_verdict_names_the_backfill_ratio():
+    rows = {
+        BACKFILL: {"throughput": {"events_per_s": 130.0, "complete": True}},
+        SERVICE: {"throughput": {"events_per_s": 100.0, "complete": True}},
+    }
+    verdict = evaluate((Ratio(BACKFILL, SERVICE, 1.3),), rows, 50.0, 1.0)[0]
+    assert verdict["name"] == "backfill / service throughput"
+    assert (verdict["value"], verdict["passed"]) == (1.3, True)
+    rows[BACKFILL]["throughput"]["complete"] = False  # exited non-zero, or lost inputs
+    assert evaluate((Ratio(BACKFILL, SERVICE, 1.3),), rows, 50.0, 1.0)[0]["passed"] is None
