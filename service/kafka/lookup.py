@@ -8,23 +8,46 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from confluent_kafka import Consumer, KafkaException
+from confluent_kafka import Consumer, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
-from service.errors import UnknownTopicError
+from service.errors import BrokerUnavailableError, MicrobatchError, NotAuthorizedError, UnknownTopicError
 from service.flow.records import TopicPartition
 
 T = TypeVar("T")
 
+_TRANSIENT = frozenset(
+    {
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.REQUEST_TIMED_OUT,
+        KafkaError._TIMED_OUT,
+        KafkaError._TRANSPORT,
+        KafkaError._WAIT_COORD,
+    }
+)
+"""Errors that pass as the cluster settles (a group's coordinator being found, a leader elected): the
+client marks few of them retriable when they come from these calls."""
+
 
 class Offsets:
     """Each call asks the brokers, retrying what the client calls retriable (a group coordinator still
-    being found) for up to ``timeout_s``; raises KafkaException when it fails (a broker down, a permission
-    refused)."""
+    being found) for up to ``timeout_s``. Raises NotAuthorizedError naming the resource when the cluster
+    refuses it, BrokerUnavailableError when no answer came in time."""
 
-    def __init__(self, consumer: Consumer, timeout_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        consumer: Consumer,
+        timeout_s: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         self._consumer = consumer
         self._timeout_s = timeout_s
+        self._clock, self._sleep = clock, sleep
 
     def partitions(self, topic: str) -> list[int]:
         """The partitions of ``topic``, sorted. Raises UnknownTopicError when it does not exist."""
@@ -50,15 +73,28 @@ class Offsets:
         parts = self._retried(lambda: self._consumer.committed(asked, timeout=self._timeout_s))
         for part in parts:
             if part.error is not None:
-                raise KafkaException(part.error)
+                raise _refused(part.error)
         return {(part.topic, part.partition): part.offset for part in parts if part.offset >= 0}
 
     def _retried(self, call: Callable[[], T]) -> T:
-        deadline = time.monotonic() + self._timeout_s
+        deadline = self._clock() + self._timeout_s
         while True:
             try:
                 return call()
             except KafkaException as exc:
-                if not exc.args[0].retriable() or time.monotonic() >= deadline:
-                    raise
-            time.sleep(0.1)
+                error = exc.args[0]
+                transient = error.retriable() or error.code() in _TRANSIENT
+                if not transient or self._clock() >= deadline:
+                    raise _refused(error) from None
+            self._sleep(0.1)
+
+
+def _refused(error: KafkaError) -> MicrobatchError:
+    """The error a caller can act on: which permission is missing, or that the request failed.
+    librdkafka's texts name brokers and codes, never a configured value."""
+    code = error.code()
+    if code == KafkaError.GROUP_AUTHORIZATION_FAILED:
+        return NotAuthorizedError(f"READ on the group was refused ({error.name()}): docs/SECURITY.md")
+    if code == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+        return NotAuthorizedError(f"DESCRIBE on a topic was refused ({error.name()}): docs/SECURITY.md")
+    return BrokerUnavailableError(f"an offsets request failed: {error.str()}")

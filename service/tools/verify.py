@@ -24,11 +24,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
-from confluent_kafka import KafkaException
 
 from service.backfill.bounds import parse, resolve
 from service.config import DlqSettings, InputSettings, OutputSettings, Settings
-from service.errors import EXIT_OK, CouldNotCheckError, NotAuthorizedError, UnknownTopicError
+from service.errors import (
+    EXIT_OK,
+    BrokerUnavailableError,
+    CouldNotCheckError,
+    NotAuthorizedError,
+    UnknownTopicError,
+)
 from service.flow.records import InputRecord
 from service.formats import FORMATS, Format, load_format
 from service.tools.reader import ClientConf, offsets_lookup, read_to_end
@@ -84,7 +89,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             fmt=load_format(args.format or settings.input.format, metrics=settings.assemble.enabled is True),
             in_range=window,
         )
-    except (NotAuthorizedError, TimeoutError, RuntimeError, KafkaException) as exc:
+    except (NotAuthorizedError, BrokerUnavailableError, TimeoutError, RuntimeError) as exc:
         raise CouldNotCheckError(f"could not check: {exc}") from None
     strict = args.strict_order
     print(msgspec.json.encode(report).decode() if args.json else format_report(report, strict_order=strict))
