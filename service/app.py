@@ -164,10 +164,7 @@ def run_service(settings: Settings) -> int:
     """
     check_run_settings(settings)
     stop = Stop()
-    metrics = Metrics()
-    health = Health(settings.metrics.liveness_timeout_s, settings.metrics.broker_timeout_s)
-    metrics.ready.set_function(lambda: float(health.ready()[0]))
-    server = start_server(settings, metrics, health)
+    metrics, health, server = observe(settings)
     try:
         source, sink = build_clients(settings.kafka, health.brokers, AccessReport(metrics, health))
         model = serve_model(settings, metrics)
@@ -260,6 +257,15 @@ def freeze_heap() -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(50_000, 20, 100)
+
+
+def observe(settings: Settings) -> tuple[Metrics, Health, MetricsServer | None]:
+    """The metrics, the probes' state, and the HTTP port serving both, open from now on (see
+    :func:`start_server`): readiness follows ``health``."""
+    metrics = Metrics()
+    health = Health(settings.metrics.liveness_timeout_s, settings.metrics.broker_timeout_s)
+    metrics.ready.set_function(lambda: float(health.ready()[0]))
+    return metrics, health, start_server(settings, metrics, health)
 
 
 def start_server(settings: Settings, metrics: Metrics, health: Health) -> MetricsServer | None:

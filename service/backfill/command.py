@@ -32,8 +32,8 @@ from service.app import (
     build_pipeline,
     check_topics,
     freeze_heap,
+    observe,
     serve_model,
-    start_server,
 )
 from service.backfill.bounds import ACCEPTED, parse, parse_partitions
 from service.backfill.plan import Plan, plan
@@ -43,7 +43,7 @@ from service.config import BatchSettings, OutputSettings, Settings, check_run_se
 from service.engine.drain import offline_size
 from service.engine.samples import check_at_start
 from service.errors import EXIT_OK, UsageError
-from service.observability import AccessReport, Health, Metrics, Telemetry
+from service.observability import AccessReport, Telemetry
 
 _log = structlog.get_logger("microbatch.backfill")
 
@@ -85,10 +85,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     last = parse("--to", args.end, lambda: now_ms)
     chosen = parse_partitions("--partitions", args.partitions)
     stop = Stop()
-    metrics = Metrics()
-    health = Health(settings.metrics.liveness_timeout_s, settings.metrics.broker_timeout_s)
-    metrics.ready.set_function(lambda: float(health.ready()[0]))
-    server = start_server(settings, metrics, health)
+    metrics, health, server = observe(settings)
     try:
         source, sink = build_clients(settings.kafka, health.brokers, AccessReport(metrics, health), ends=True)
         if not check_topics(source, settings, stop.requested.is_set):
