@@ -79,7 +79,10 @@ def parse(flag: str, text: str, now_ms: Callable[[], int]) -> Bound:
         return Time(now_ms(), now=True)
     if spec.startswith("@"):
         try:
-            return Time(int(spec[1:]))
+            ms = int(spec[1:])
+            if ms < 0:
+                raise ValueError
+            return Time(ms)
         except ValueError:
             raise UsageError(flag, f"{spec!r}: @ takes epoch milliseconds, e.g. @1764460800000") from None
     if "=" in spec:
@@ -118,7 +121,10 @@ def _offsets(flag: str, spec: str) -> Offsets:
                 default = offset
                 continue
             topic, _, partition = where.rpartition(":")
-            by_partition[(topic or None, int(partition))] = offset
+            number = int(partition)
+            if number < 0:
+                raise ValueError
+            by_partition[(topic or None, number)] = offset
         except ValueError:
             wrong = part.strip()
             raise UsageError(flag, f"{wrong!r} is not P=OFFSET (offsets and partitions >= 0)") from None
@@ -150,6 +156,11 @@ def resolve(
         # within what it holds, so no clamp applies.
         return {tp: found[tp] if found.get(tp, -1) >= 0 else marks[tp][1] for tp in tps}, []
     asked = {tp: bound.of(tp) for tp in tps}
+    known = set(tps) | {(None, p) for _t, p in tps}
+    stray = [key for key in bound.by_partition if key not in known]
+    if stray:
+        named = ", ".join(f"{t}:{p}" if t else str(p) for t, p in stray)
+        raise UsageError(flag, f"names partition(s) {named} that this run does not read")
     missing = [tp for tp, offset in asked.items() if offset is None]
     if missing:
         named = ", ".join(f"{t}[{p}]" for t, p in missing)
@@ -182,9 +193,9 @@ def parse_partitions(flag: str, text: str | None) -> Callable[[int], bool]:
             return lambda p: p % n == i
         chosen: set[int] = set()
         for part in spec.split(","):
-            first, _, last = part.strip().partition("-")
+            first, dash, last = part.strip().partition("-")
             low = int(first)
-            high = int(last) if last else low
+            high = int(last) if dash else low
             if low < 0 or high < low:
                 raise ValueError
             chosen.update(range(low, high + 1))

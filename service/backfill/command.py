@@ -50,6 +50,9 @@ _log = structlog.get_logger("microbatch.backfill")
 BUCKET_BATCHES = 8
 """Text: each batch is chosen among this many batches' worth of waiting lines (streaming: the setting)."""
 
+OFFLINE_WAIT_MS = 1000.0
+"""The offline window: no batch waits longer for its last items (the streaming default is 50 ms)."""
+
 _JOB = re.compile(r"[A-Za-z0-9._-]{1,200}")
 
 
@@ -73,8 +76,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the partitions this process reads: 0,2,4-7, or I/N for those with p %% N == I (default all)",
     )
     parser.add_argument(
-        "--progress-interval", type=float, default=5.0, help="seconds between progress lines (not a terminal)"
+        "--progress-interval",
+        type=_positive,
+        default=5.0,
+        help="seconds between progress lines (not a terminal)",
     )
+
+
+def _positive(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError("must be > 0")
+    return value
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
@@ -90,9 +103,18 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         source, sink = build_clients(settings.kafka, health.brokers, AccessReport(metrics, health), ends=True)
         if not check_topics(source, settings, stop.requested.is_set):
             source.close()
-            return EXIT_OK
+            _log.warning("backfill_incomplete", hint="stopped while starting; run again with the same --job")
+            return 1
         planned = plan(source.offsets(), settings.input.topics, chosen, first, last)
         _log.info("backfill_range", job=args.job, group=settings.kafka.group_id, **planned.describe())
+        if planned.kept:
+            _log.warning(
+                "backfill_range_of_the_job",
+                partitions=sorted(f"{t}[{p}]" for t, p in planned.kept),
+                hint="this job's commits record the range its first run resolved; it finishes that one. "
+                "Another range wants another --job",
+            )
+        source.note(planned.notes)
         if planned.ranges.done:
             source.close()
             _report(args.job, planned, {}, 0.0, done=True, nothing=True)
@@ -122,7 +144,12 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         pipeline.run()
         wall_s = time.monotonic() - started
         progress.close(planned.ranges)
-        done = planned.ranges.done and not stop.requested.is_set() and pipeline.in_flight == 0
+        done = (
+            planned.ranges.done
+            and not stop.requested.is_set()
+            and pipeline.in_flight == 0
+            and pipeline.committed
+        )
         _report(args.job, planned, telemetry.stats.summary(), wall_s, done=done)
         return EXIT_OK if done else 1
     finally:
@@ -131,12 +158,16 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def backfill_settings(settings: Settings, job: str, output: str | None) -> Settings:
-    """``settings`` with the job's group and the ``--output`` topic. Raises UsageError naming the flag."""
+    """``settings`` with the job's group, the ``--output`` topic, and ``earliest`` as the consumer's reset:
+    should retention delete the offsets a long backfill is about to read, it goes on from the oldest
+    record left, never jumps to the end (``latest``, a setting of ``run``'s, would skip the rest of the
+    range and still call it done). Raises UsageError naming the flag."""
     if not _JOB.fullmatch(job):
         raise UsageError("--job", "use 1-200 letters, digits, '.', '_' or '-'")
     if output is not None and output in settings.input.topics:
         raise UsageError("--output", "is one of the input topics")
-    kafka = settings.kafka.model_copy(update={"group_id": f"{settings.kafka.group_id}-backfill-{job}"})
+    group = f"{settings.kafka.group_id}-backfill-{job}"
+    kafka = settings.kafka.model_copy(update={"group_id": group, "auto_offset_reset": "earliest"})
     update: dict[str, Any] = {"kafka": kafka}
     if output:
         update["output"] = settings.output.model_copy(update={"topic": output})
@@ -144,14 +175,16 @@ def backfill_settings(settings: Settings, job: str, output: str | None) -> Setti
 
 
 def offline_batch(batch: BatchSettings, size: int) -> BatchSettings:
-    """Batches cut full at ``size``: no adaptive target, a window long enough never to cut a batch early
-    while the range is being read (the last one is cut when the loop finishes), and text chosen among
-    :data:`BUCKET_BATCHES` batches' worth of lines."""
+    """Batches cut full at ``size``: no adaptive target; a window (:data:`OFFLINE_WAIT_MS`) that a range
+    read from a backlog never reaches, and that cuts a batch only when reading stalls (back-pressure
+    holding the consumer while fewer than ``size`` messages can be in flight, as with assembled rows of
+    many messages each; a slow broker); text chosen among :data:`BUCKET_BATCHES` batches' worth of lines.
+    The last batch is cut when the loop finishes."""
     return batch.model_copy(
         update={
             "adaptive": False,
             "max_size": size,
-            "max_wait_ms": 60_000.0,
+            "max_wait_ms": OFFLINE_WAIT_MS,
             "bucket_window": max(batch.bucket_window, BUCKET_BATCHES * size) if batch.bucket_window else 0,
         }
     )

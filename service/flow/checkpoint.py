@@ -99,13 +99,14 @@ class Checkpoint:
             self._source.store(offsets)
         return self._replace_refused()
 
-    def commit(self) -> None:
+    def commit(self) -> bool:
         """Steps 2 to 4 of the commit contract (``Pipeline.commit`` does step 1, processing everything
         consumed): flush the producer, so the broker acknowledged (or refused) every output; fold the
         acknowledgements into the watermarks and store them; commit the stored offsets synchronously.
 
         An output still unacknowledged when the flush times out holds its partition's watermark back, so
-        the worst case is a duplicate after restart, never a loss."""
+        the worst case is a duplicate after restart, never a loss. Returns whether the broker took the
+        commit."""
         if self.acknowledge(self._sink.flush(self._flush_timeout_s)):
             self.acknowledge(self._sink.flush(self._flush_timeout_s))  # the replacements of refused records
         if self._sink.pending():
@@ -113,6 +114,7 @@ class Checkpoint:
         start = self._clock()
         ok = self._source.commit()
         self._telemetry.committed(ok, self._clock() - start)
+        return ok
 
     def assign(self, tps: Sequence[TopicPartition]) -> None:
         """New partitions: their bookkeeping starts afresh."""

@@ -63,6 +63,8 @@ class Pipeline:
         self._sizing, self._backlog, self._telemetry = sizing, backlog, telemetry
         self._running = True
         self._closing = False
+        self.committed = False
+        """Whether the last commit, the one on the way out of :meth:`run`, was taken by the broker."""
 
     # -- the loop -------------------------------------------------------------------------------------
 
@@ -98,7 +100,7 @@ class Pipeline:
             raise
         _log.info("stopping")
         self._telemetry.stopping()
-        self.commit()
+        self.committed = self.commit()
         self._inference.shutdown(wait=True)
         self._closing = True  # close() revokes once more: nothing is left to commit by then
         self._telemetry.stopped(self._checkpoint.in_flight())
@@ -190,8 +192,9 @@ class Pipeline:
 
     # -- commits ------------------------------------------------------------------------------------
 
-    def commit(self) -> None:
-        """The one place that commits. The order is the at-least-once contract:
+    def commit(self) -> bool:
+        """The one place that commits; returns whether the broker took the commit. The order is the
+        at-least-once contract:
 
         1. every consumed message is processed (batches in flight finish, the open batch is cut early and
            run here) and its output queued; assembled rows still open are not answered early, so their
@@ -207,7 +210,7 @@ class Pipeline:
         self._finish(None)
         while len(self._batcher):
             self._emit(self._inference.run_now(*self._batcher.take_padded()))
-        self._checkpoint.commit()
+        return self._checkpoint.commit()
 
     # -- rebalance callbacks (run inside consume) -----------------------------------------------------
 

@@ -44,14 +44,18 @@ class Offsets:
         timeout_s: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
+        redact: Callable[[str], str] = lambda text: text,
     ) -> None:
+        """``redact`` takes configured values out of librdkafka's texts before they reach an error."""
         self._consumer = consumer
+        self._redact = redact
         self._timeout_s = timeout_s
         self._clock, self._sleep = clock, sleep
 
     def partitions(self, topic: str) -> list[int]:
         """The partitions of ``topic``, sorted. Raises UnknownTopicError when it does not exist."""
-        metadata = self._consumer.list_topics(topic, timeout=self._timeout_s).topics.get(topic)
+        listing = self._retried(lambda: self._consumer.list_topics(topic, timeout=self._timeout_s))
+        metadata = listing.topics.get(topic)
         if metadata is None or metadata.error is not None or not metadata.partitions:
             raise UnknownTopicError(f"topic {topic!r} does not exist (or this principal may not see it)")
         return sorted(metadata.partitions)
@@ -67,14 +71,15 @@ class Offsets:
         found = self._retried(lambda: self._consumer.offsets_for_times(asked, timeout=self._timeout_s))
         return {(part.topic, part.partition): part.offset for part in found}
 
-    def committed(self, tps: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
-        """The consumer's group's committed offset of each of ``tps`` that has one."""
+    def committed(self, tps: Sequence[TopicPartition]) -> dict[TopicPartition, tuple[int, str | None]]:
+        """The consumer's group's committed offset of each of ``tps`` that has one, with its metadata."""
         asked = [KafkaTopicPartition(t, p) for t, p in tps]
         parts = self._retried(lambda: self._consumer.committed(asked, timeout=self._timeout_s))
         for part in parts:
             if part.error is not None:
-                raise _refused(part.error)
-        return {(part.topic, part.partition): part.offset for part in parts if part.offset >= 0}
+                raise _refused(part.error, self._redact)
+        found = [part for part in parts if part.offset >= 0]
+        return {(part.topic, part.partition): (part.offset, part.metadata) for part in found}
 
     def _retried(self, call: Callable[[], T]) -> T:
         deadline = self._clock() + self._timeout_s
@@ -85,11 +90,11 @@ class Offsets:
                 error = exc.args[0]
                 transient = error.retriable() or error.code() in _TRANSIENT
                 if not transient or self._clock() >= deadline:
-                    raise _refused(error) from None
+                    raise _refused(error, self._redact) from None
             self._sleep(0.1)
 
 
-def _refused(error: KafkaError) -> MicrobatchError:
+def _refused(error: KafkaError, redact: Callable[[str], str]) -> MicrobatchError:
     """The error a caller can act on: which permission is missing, or that the request failed.
     librdkafka's texts name brokers and codes, never a configured value."""
     code = error.code()
@@ -97,4 +102,4 @@ def _refused(error: KafkaError) -> MicrobatchError:
         return NotAuthorizedError(f"READ on the group was refused ({error.name()}): docs/SECURITY.md")
     if code == KafkaError.TOPIC_AUTHORIZATION_FAILED:
         return NotAuthorizedError(f"DESCRIBE on a topic was refused ({error.name()}): docs/SECURITY.md")
-    return BrokerUnavailableError(f"an offsets request failed: {error.str()}")
+    return BrokerUnavailableError(f"an offsets request failed: {redact(error.str())}")

@@ -60,6 +60,7 @@ class Source:
         options = settings.consumer_config()
         conf: dict[str, object] = {**options, "error_cb": self._fatal}
         self._ends: dict[TopicPartition, int] | None = None
+        self._notes: dict[TopicPartition, str] = {}
         if ends:
             conf["enable.partition.eof"] = True
             self._ends = {}
@@ -112,7 +113,7 @@ class Source:
 
     def offsets(self) -> Offsets:
         """Lookups of offsets (watermarks, by time, committed) through this consumer."""
-        return Offsets(self._consumer)
+        return Offsets(self._consumer, redact=self._redact)
 
     def consume(self, max_messages: int, timeout_s: float) -> list[InputRecord]:
         """Block up to ``timeout_s`` for up to ``max_messages``; rebalance callbacks run in here.
@@ -152,9 +153,19 @@ class Source:
             lag[(part.topic, part.partition)] = behind
         return lag
 
+    def note(self, notes: Mapping[TopicPartition, str]) -> None:
+        """Commit each of these partitions' offsets with this text as its metadata from now on (a backfill
+        records the range of its job there)."""
+        self._notes = dict(notes)
+
     def store(self, offsets: dict[TopicPartition, int]) -> None:
         """Store the next offsets to commit (auto-commit sends them within a second)."""
-        parts = [KafkaTopicPartition(t, p, o) for (t, p), o in offsets.items()]
+        notes = self._notes
+        parts = (
+            [KafkaTopicPartition(t, p, o, notes.get((t, p))) for (t, p), o in offsets.items()]
+            if notes
+            else [KafkaTopicPartition(t, p, o) for (t, p), o in offsets.items()]
+        )
         try:
             self._consumer.store_offsets(offsets=parts)
         except KafkaException as exc:

@@ -11,6 +11,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
 
+from service.config import private_values_of, redactor
 from service.errors import NotAuthorizedError, UnknownTopicError
 from service.flow.records import InputRecord
 from service.kafka.lookup import Offsets
@@ -67,7 +68,7 @@ def offsets_lookup(client_conf: ClientConf) -> Iterator[Offsets]:
     """Offsets asked of the cluster (partitions, watermarks, by time) through a reader's consumer."""
     consumer = _reader(client_conf)
     try:
-        yield Offsets(consumer)
+        yield Offsets(consumer, redact=redactor(private_values_of(client_conf)))
     finally:
         consumer.close()
 

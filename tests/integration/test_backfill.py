@@ -92,13 +92,13 @@ def test_a_time_range_is_rescored_resumable_and_the_live_group_is_untouched(
     assert ranged.ok and ranged.total("items") == PER_ERA and ranged.total("duplicates") == 0
     assert verify(conf, topics["in"], topics["out"], topics["dlq"], 60).total("lost") == 2 * PER_ERA
 
-    # The same job again: nothing left to do, nothing produced.
-    again = start_backfill(
-        tmp_path, kafka_bootstrap, topics, "middle", "--from", first, "--to", last, kafka__group_id=group_id
-    )
+    # The same job again, with the default bounds (the whole topic): its commits record the range it
+    # covered, so it has nothing left to do, says its flags were not used, and produces nothing.
+    again = start_backfill(tmp_path, kafka_bootstrap, topics, "middle", kafka__group_id=group_id)
     assert again.proc.wait(timeout=120) == 0, again.log()[-3000:]
     assert summary_of(again)["events"] == 0
     assert again.events("backfill_nothing_to_do")
+    assert len(again.events("backfill_range_of_the_job")[0]["partitions"]) == SERVICE_PARTITIONS
     with offsets_lookup(conf) as lookup:
         assert sum(lookup.watermarks((topics["out"], p))[1] for p in range(SERVICE_PARTITIONS)) == PER_ERA
 

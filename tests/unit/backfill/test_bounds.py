@@ -65,6 +65,8 @@ def test_times_iso_with_a_zone_or_epoch_milliseconds():
         ("0=-1", "is not P=OFFSET"),
         ("x=3", "is not P=OFFSET"),
         ("0=3,1", "is not P=OFFSET"),
+        ("-1=5", "is not P=OFFSET"),
+        ("@-3", "epoch milliseconds"),
     ],
 )
 def test_what_is_not_a_bound_is_refused_naming_the_flag(text, says):
@@ -126,7 +128,13 @@ def test_indexed_splits_cover_every_partition_exactly_once():
             assert sum(pick(p) for pick in picks) == 1
 
 
-@pytest.mark.parametrize("spec", ["4/4", "-1/4", "1/0", "a", "5-3", "1,,2", "-2"])
+@pytest.mark.parametrize("spec", ["4/4", "-1/4", "1/0", "a", "5-3", "1,,2", "-2", "0-"])
 def test_bad_partition_choices_are_refused(spec):
     with pytest.raises(UsageError, match="--partitions: "):
         parse_partitions("--partitions", spec)
+
+
+def test_offsets_naming_a_partition_not_read_are_refused():
+    lookup = Lookup({A0: (0, 10), A1: (0, 10)})
+    with pytest.raises(UsageError, match=r"--to: names partition\(s\) 2, lgs:0 that this run does not read"):
+        resolve("--to", Offsets({(None, 2): 5, ("lgs", 0): 1}, default=3), [A0, A1], lookup)

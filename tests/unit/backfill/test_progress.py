@@ -9,7 +9,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
-from service.backfill.command import BUCKET_BATCHES, backfill_settings, offline_batch
+from service.backfill.command import BUCKET_BATCHES, OFFLINE_WAIT_MS, backfill_settings, offline_batch
 from service.backfill.progress import Progress
 from service.backfill.ranges import Ranges
 from service.config import Settings
@@ -43,9 +43,14 @@ def test_progress_is_one_line_every_interval_and_two_gauges():
 
 
 def test_the_job_gets_its_own_group_and_the_output_flag_replaces_the_topic():
-    settings = Settings(input={"topics": ["in"]}, kafka={"group_id": "scorer"}, output={"topic": "out"})
+    settings = Settings(
+        input={"topics": ["in"]},
+        kafka={"group_id": "scorer", "auto_offset_reset": "latest"},
+        output={"topic": "out"},
+    )
     job = backfill_settings(settings, "rescore-2026.11_v2", "out-rescored")
     assert job.kafka.group_id == "scorer-backfill-rescore-2026.11_v2"
+    assert job.kafka.auto_offset_reset == "earliest"  # retention overtaking a read never skips to the end
     assert job.output.topic == "out-rescored"
     assert backfill_settings(settings, "j", None).output.topic == "out"
 
@@ -61,7 +66,7 @@ def test_a_bad_job_name_or_an_output_that_is_an_input_is_refused(job, output, fl
 
 def test_offline_batches_are_cut_full_with_a_wider_bucket_window():
     batch = offline_batch(Settings().batch, 256)
-    assert (batch.adaptive, batch.max_size, batch.max_wait_ms) == (False, 256, 60_000.0)
+    assert (batch.adaptive, batch.max_size, batch.max_wait_ms) == (False, 256, OFFLINE_WAIT_MS)
     assert batch.bucket_window == BUCKET_BATCHES * 256
     assert offline_batch(Settings(batch={"bucket_window": 0}).batch, 256).bucket_window == 0
 

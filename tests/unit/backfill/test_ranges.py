@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from service.backfill.bounds import Named, Offsets, Time
-from service.backfill.plan import plan
+from service.backfill.plan import note, plan, range_of
 from service.backfill.ranges import Ranges
 from service.errors import UsageError
 from service.flow.records import InputRecord, TopicPartition
@@ -51,8 +51,8 @@ def test_empty_ranges_are_done_from_the_start():
 class Cluster:
     """Partitions 0 and 1 of topic a holding [0, 100), stamped 10 ms apart; a group's commits."""
 
-    def __init__(self, committed: dict[TopicPartition, int] | None = None) -> None:
-        self.commits = committed or {}
+    def __init__(self, committed: dict[TopicPartition, int | tuple[int, str]] | None = None) -> None:
+        self.commits = {tp: c if isinstance(c, tuple) else (c, None) for tp, c in (committed or {}).items()}
 
     def partitions(self, topic: str) -> list[int]:
         return [0, 1]
@@ -73,6 +73,33 @@ def test_a_plan_reads_the_chosen_partitions_between_the_bounds():
     assert planned.ranges.ends == {A1: 100}
     assert planned.resumed == {}
     assert planned.describe()["partitions"] == {"a[1]": [20, 100]}
+
+
+def test_every_partition_notes_the_jobs_range_for_its_commits():
+    planned = plan(Cluster({A0: 60}), ["a"], lambda p: True, Offsets({}, default=20), Named("latest"))
+    assert planned.notes == {A0: note(20, 100), A1: note(20, 100)}
+    assert range_of(planned.notes[A0]) == (20, 100)
+    assert [range_of(m) for m in (None, "", "other", "microbatch-backfill 5", "microbatch-backfill 9-3")] == [
+        None
+    ] * 5
+
+
+def test_a_rerun_finishes_the_range_its_job_recorded_whatever_its_flags_say_now():
+    # The first run read [20, 60) of [20, 80) in A0 and committed 60 with its range; the rerun says
+    # --from earliest --to latest (100 now): it finishes [60, 80), and says the flags were not used.
+    planned = plan(
+        Cluster({A0: (60, note(20, 80))}), ["a"], lambda p: True, Named("earliest"), Named("latest")
+    )
+    assert planned.ranges.starts == {A0: 60, A1: 0}
+    assert planned.ranges.ends == {A0: 80, A1: 100}
+    assert planned.notes[A0] == note(20, 80)
+    assert planned.kept == {A0: (0, 100)}
+    assert planned.describe()["flags_not_used"] == {"a[0]": [0, 100]}
+    # The range done, the job is done there, even though the flags ask for more.
+    done = plan(
+        Cluster({A0: (80, note(20, 80))}), ["a"], lambda p: p == 0, Named("earliest"), Named("latest")
+    )
+    assert done.ranges.done
 
 
 def test_a_run_of_the_same_job_resumes_from_its_commits_inside_the_range():

@@ -42,7 +42,7 @@ def lookup(consumer: Consumer, clock: FakeClock) -> Offsets:
 def test_a_coordinator_still_being_found_is_retried():
     clock = FakeClock()
     consumer = Consumer(KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS)
-    assert lookup(consumer, clock).committed([("t", 0)]) == {("t", 0): 42}
+    assert lookup(consumer, clock).committed([("t", 0)]) == {("t", 0): (42, None)}
     assert consumer.calls == 3
 
 
