@@ -13,8 +13,9 @@ import numpy as np
 import torch
 
 # Fixed thread count: float reductions are ordered differently with a different number of threads, so the
-# committed weights are reproducible (closely, not bit-for-bit across CPUs) only at a fixed count. Two is
-# the size of the machine the committed models were built on.
+# committed weights are reproducible (closely, with the kernels' instruction set pinned too: see
+# ``BUILD_ISA`` in the package) only at a fixed count. Two is the size of the machine the committed models
+# were built on.
 BUILD_THREADS = 2
 
 
