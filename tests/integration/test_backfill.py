@@ -127,3 +127,41 @@ def test_partitions_split_over_two_processes_and_transaction_markers_end_them(
     ranges = [job.events("backfill_range")[0]["partitions"] for job in jobs]
     assert sorted(ranges[0]) == [f"{topics['in']}[0]", f"{topics['in']}[2]"]
     assert sorted(ranges[1]) == [f"{topics['in']}[1]", f"{topics['in']}[3]"]
+
+
+def test_latest_is_the_last_stable_offset_so_an_open_transaction_does_not_hold_the_end(
+    tmp_path, kafka_bootstrap, topics
+):
+    events = metrics_events(120, seed=9)
+    producer = Producer(
+        {
+            "bootstrap.servers": kafka_bootstrap,
+            "transactional.id": f"tx-open-{topics['in']}",
+            "transaction.timeout.ms": 300_000,  # stays open for the whole test unless aborted
+        }
+    )
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for i, (key, value) in enumerate(events[:100]):
+        producer.produce(topics["in"], value, key, partition=i % SERVICE_PARTITIONS)
+    producer.commit_transaction(30)
+    producer.begin_transaction()  # 20 more, written but neither committed nor aborted
+    for i, (key, value) in enumerate(events[100:]):
+        producer.produce(topics["in"], value, key, partition=i % SERVICE_PARTITIONS)
+    assert producer.flush(30) == 0
+    try:
+        job = start_backfill(tmp_path, kafka_bootstrap, topics, "open-tx")
+        # The high watermark is past the open records: a range ending there would wait for the
+        # transaction (minutes). The last stable offset ends it at the committed records.
+        assert job.proc.wait(timeout=90) == 0, job.log()[-3000:]
+        assert summary_of(job)["events"] == 100
+        # The range ends before the open records (25 committed ones and the commit marker per partition,
+        # then 5 open): a committed-only consumer's watermark is the last stable offset, not the high
+        # watermark. Were the open ones committed later, a range that counted them would have been called
+        # done without them.
+        ranges = job.events("backfill_range")[0]["partitions"]
+        assert {name: end for name, (_start, end) in ranges.items()} == {
+            f"{topics['in']}[{p}]": 26 for p in range(SERVICE_PARTITIONS)
+        }
+    finally:
+        producer.abort_transaction(30)
