@@ -36,7 +36,7 @@ from service.app import (
     serve_model,
 )
 from service.backfill.bounds import ACCEPTED, parse, parse_partitions
-from service.backfill.plan import Plan, plan
+from service.backfill.plan import Plan, job_group, plan
 from service.backfill.progress import Progress
 from service.backfill.source import RangeSource
 from service.config import BatchSettings, OutputSettings, Settings, check_run_settings
@@ -166,7 +166,7 @@ def backfill_settings(settings: Settings, job: str, output: str | None) -> Setti
         raise UsageError("--job", "use 1-200 letters, digits, '.', '_' or '-'")
     if output is not None and output in settings.input.topics:
         raise UsageError("--output", "is one of the input topics")
-    group = f"{settings.kafka.group_id}-backfill-{job}"
+    group = job_group(settings.kafka.group_id, job)
     kafka = settings.kafka.model_copy(update={"group_id": group, "auto_offset_reset": "earliest"})
     update: dict[str, Any] = {"kafka": kafka}
     if output:

@@ -84,6 +84,12 @@ def plan(
     return Plan(Ranges(starts, ends), clamped_from + clamped_to, resumed, notes, kept)
 
 
+def job_group(group_id: str, job: str) -> str:
+    """The consumer group a backfill job commits its progress under, with ``group_id`` the service's
+    (``MICROBATCH_KAFKA__GROUP_ID``): its own, never the live service's."""
+    return f"{group_id}-backfill-{job}"
+
+
 _NOTE = "microbatch-backfill "
 
 

@@ -9,8 +9,12 @@ range: :meth:`Ranges.admit` drops them, so they are never processed nor committe
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from itertools import groupby
+from operator import attrgetter
 
 from service.flow.records import InputRecord, TopicPartition
+
+_TP = attrgetter("topic", "partition")
 
 
 class Ranges:
@@ -44,20 +48,22 @@ class Ranges:
         return sum(self._next[tp] - self.starts[tp] for tp in self.starts)
 
     def admit(self, records: Sequence[InputRecord]) -> tuple[list[InputRecord], list[TopicPartition]]:
-        """The records within the range, in order, and the partitions this call found done."""
-        ends, nexts, pending = self.ends, self._next, self._pending
+        """The records within the range, in order, and the partitions this call found done. Looks at one
+        consumed run of a partition at a time (its offsets rise, as librdkafka returns them), not at each
+        record: a run that ends inside the range is kept whole."""
         kept: list[InputRecord] = []
         finished: list[TopicPartition] = []
-        for record in records:
-            tp = (record.topic, record.partition)
-            end = ends.get(tp)
-            if end is None or record.offset >= end:
-                if tp in pending:  # a record past the end: everything before it was read
-                    self._finish(tp, finished)
-                continue
-            kept.append(record)
-            nexts[tp] = record.offset + 1
-            if record.offset + 1 >= end and tp in pending:
+        for tp, group in groupby(records, _TP):
+            end = self.ends.get(tp)
+            if end is None:
+                continue  # not part of the range
+            run = list(group)
+            inside = run if run[-1].offset < end else [r for r in run if r.offset < end]
+            kept += inside
+            if inside:
+                self._next[tp] = inside[-1].offset + 1
+            # Done at the last offset of the range, or at a record past it (everything before was read).
+            if tp in self._pending and (len(inside) < len(run) or self._next[tp] >= end):
                 self._finish(tp, finished)
         return kept, finished
 

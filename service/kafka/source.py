@@ -161,8 +161,10 @@ class Source:
     def store(self, offsets: dict[TopicPartition, int]) -> None:
         """Store the next offsets to commit (auto-commit sends them within a second)."""
         notes = self._notes
+        # The client takes no None for metadata: a partition is built with its note only when it has one
+        # (a backfill notes every partition it reads; the service none).
         parts = (
-            [KafkaTopicPartition(t, p, o, notes.get((t, p))) for (t, p), o in offsets.items()]
+            [KafkaTopicPartition(t, p, o, notes[(t, p)]) for (t, p), o in offsets.items()]
             if notes
             else [KafkaTopicPartition(t, p, o) for (t, p), o in offsets.items()]
         )

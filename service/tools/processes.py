@@ -113,12 +113,14 @@ def start_service(
     inherit: bool = False,
     cwd: Path | None = None,
     name: str = "service",
+    command: Sequence[str] = ("run",),
     **settings: object,
 ) -> Child:
-    """``python -m service run`` with ``settings`` (``batch__max_size=...``) over the defaults a test or a
-    tool wants: JSON logs, one ONNX Runtime thread, the metrics port 0 (several services may run at once;
-    the bound port is in the ``started`` line). The caller's own ``MICROBATCH_*`` variables reach it
-    only with ``inherit``. The log is ``<log_dir>/<name>-<random>.log``."""
+    """``python -m service run`` (or another ``command`` with its flags, e.g. ``backfill --job j``) with
+    ``settings`` (``batch__max_size=...``) over the defaults a test or a tool wants: JSON logs, one ONNX
+    Runtime thread, the metrics port 0 (several services may run at once; the bound port is in the
+    ``started`` line). The caller's own ``MICROBATCH_*`` variables reach it only with ``inherit``. The log
+    is ``<log_dir>/<name>-<random>.log``."""
     defaults = {"log__format": "json", "model__intra_op_threads": 1, "metrics__port": 0}
     env = settings_env(defaults | settings, inherit=inherit)
-    return start(("service", "run"), env, log_dir / f"{name}-{uuid.uuid4().hex[:6]}.log", cwd=cwd)
+    return start(("service", *command), env, log_dir / f"{name}-{uuid.uuid4().hex[:6]}.log", cwd=cwd)

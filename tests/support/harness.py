@@ -11,7 +11,6 @@ import socket
 import time
 import urllib.error
 import urllib.request
-import uuid
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,9 +23,9 @@ import pytest
 from confluent_kafka import Message
 from prometheus_client.parser import text_string_to_metric_families
 
+from service.tools.bench.measure import summary
 from service.tools.generate import EventGenerator
-from service.tools.processes import Child, settings_env
-from service.tools.processes import start as start_child_argv
+from service.tools.processes import Child
 from service.tools.processes import start_service as start_child
 from service.tools.produce import Deliveries
 from service.tools.reader import read_at_least
@@ -71,28 +70,23 @@ def start_backfill(
     log_dir: Path, bootstrap: str, topics: dict[str, str], job: str, *flags: str, **settings: object
 ) -> Child:
     """``microbatch backfill --job job *flags`` on the `topics` fixture's topics, with the test defaults of
-    ``start_service`` (JSON logs, one ONNX Runtime thread, metrics port 0) and ``settings`` over them
-    (``model__name`` defaults to metrics-anomaly)."""
-    defaults = {
-        "log__format": "json",
-        "model__intra_op_threads": 1,
-        "metrics__port": 0,
+    ``start_service`` and ``settings`` over them (``model__name`` defaults to metrics-anomaly)."""
+    on_topics = {
         "model__name": "metrics-anomaly",
         "kafka__bootstrap_servers": bootstrap,
         "input__topics": topics["in"],
         "output__topic": topics["out"],
         "dlq__topic": topics["dlq"],
     }
-    env = settings_env(defaults | settings)
-    log = log_dir / f"backfill-{job}-{uuid.uuid4().hex[:6]}.log"
-    return start_child_argv(("service", "backfill", "--job", job, *flags), env, log, cwd=ROOT)
+    command = ("backfill", "--job", job, *flags)
+    return start_child(log_dir, cwd=ROOT, name=f"backfill-{job}", command=command, **(on_topics | settings))
 
 
 def summary_of(child: Child) -> dict[str, Any]:
-    """The JSON summary a backfill prints last on stdout (the one object with ``done`` and no ``event``)."""
-    found = [line for line in child.log_lines() if "done" in line and "event" not in line]
-    assert len(found) == 1, child.log()[-3000:]
-    return found[0]
+    """The JSON summary a backfill prints last on stdout."""
+    found = summary(child.log_lines())
+    assert found is not None, child.log()[-3000:]
+    return found
 
 
 def produce(bootstrap: str, topic: str, items: list[tuple[bytes | None, bytes | None]]) -> list[Coord]:

@@ -43,6 +43,7 @@ from typing import Any
 import msgspec
 from tqdm import tqdm
 
+from service.backfill.plan import job_group
 from service.config import KafkaSettings, Settings, private_option
 from service.errors import BrokerUnavailableError
 from service.tools.bench import kafka_io, machine, measure
@@ -357,7 +358,7 @@ class Bench:
         # A system that ends by itself is a backfill: a new job per run (named after its fresh input
         # topic), else it would resume the last run's job and find nothing to do.
         job = topics.input
-        groups = [group, backfill_group(group, job)] if system.ends else [group]
+        groups = [group, job_group(group, job)] if system.ends else [group]
         argv = [*system.argv, "--job", job] if system.ends else list(system.argv)
         try:
             if not rate:
@@ -513,12 +514,6 @@ def finish(child: Child, ends: bool) -> int:
         with contextlib.suppress(subprocess.TimeoutExpired):
             child.proc.wait(timeout=_EXIT_TIMEOUT_S)
     return child.stop()
-
-
-def backfill_group(group: str, job: str) -> str:
-    """The group ``microbatch backfill --job job`` commits its progress under, with ``group`` as its
-    ``KAFKA__GROUP_ID`` (``service.backfill.command.backfill_settings``): deleted with the run's own."""
-    return f"{group}-backfill-{job}"
 
 
 def _drain_rate(entry: dict[str, Any]) -> float | None:

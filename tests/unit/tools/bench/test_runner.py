@@ -14,10 +14,11 @@ from typing import Any
 import pytest
 
 from service.backfill.command import backfill_settings
+from service.backfill.plan import job_group
 from service.config import load_settings
 from service.tools.bench import kafka_io, runner
 from service.tools.bench.measure import Output
-from service.tools.bench.runner import Bench, Options, backfill_group, finish, run_order
+from service.tools.bench.runner import Bench, Options, finish, run_order
 from service.tools.bench.scenarios import (
     BACKFILL,
     RAW_ORT_AT_BACKFILL,
@@ -188,30 +189,49 @@ def test_the_job_group_is_the_one_the_backfill_commits_under():
     )
     job = "bench.A.backfill.throughput.0a1b2c3d.in"
     expected = backfill_settings(grouped, job, None).kafka.group_id
-    assert backfill_group("bench.A.x.in.group", job) == expected
+    assert job_group("bench.A.x.in.group", job) == expected
 
 
 # -- a system that ends by itself, against fakes of the broker side ----------------------------------
 
 
+class HeldUntilWaited:
+    """A stand-in's process, held (reading its stdin) until someone waits for its exit: a runner that
+    waits lets it finish; one that signalled it instead would find it still held, and stop it (143). No
+    race against a sleep either way."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        self._proc = proc
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self._proc.stdin is not None and not self._proc.stdin.closed:
+            self._proc.stdin.close()
+        return self._proc.wait(timeout)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._proc, name)
+
+
 def python_child(code: str, log_path: Path) -> Child:
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("wb") as log:
-        proc = subprocess.Popen([sys.executable, "-c", code], stdout=log, stderr=subprocess.STDOUT)
-    return Child(proc, log_path)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT
+        )
+    return Child(HeldUntilWaited(proc), log_path)  # type: ignore[arg-type]
 
 
 def backfill_code(exit_code: int, sizes: Mapping[str, int], size_line: bool = True) -> str:
-    """A stand-in for ``microbatch backfill``: its size line (cut at 128), a moment's work, its summary,
-    its exit. Stopped by a signal instead, it exits 143."""
+    """A stand-in for ``microbatch backfill``: its size line (cut at 128), its work (held until its exit
+    is waited for: ``HeldUntilWaited``), its summary, its exit. Stopped by a signal instead, it exits 143."""
     size_event = "backfill_batch_size" if size_line else "backfill_range"
     sized = {"event": size_event, "drain_max_size": 128}
     summary = {"job": "j", "done": exit_code == 0, "events": 4, "batch_sizes": sizes}
     return (
-        "import json, signal, sys, time\n"
+        "import json, signal, sys\n"
         "signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))\n"
         f"print(json.dumps({sized!r}), flush=True)\n"
-        "time.sleep(0.3)\n"
+        "sys.stdin.read()\n"
         f"print(json.dumps({summary!r}), flush=True)\n"
         f"sys.exit({exit_code})\n"
     )
@@ -289,7 +309,7 @@ def test_a_backfill_is_a_fresh_job_each_run_left_to_exit_by_itself(monkeypatch, 
     for job, env in zip(jobs, fake.envs, strict=True):
         group = env["MICROBATCH_KAFKA__GROUP_ID"]
         assert env["MICROBATCH_INPUT__TOPICS"] == job  # named after its fresh input topic
-        assert {group, backfill_group(group, job)} <= set(fake.deleted_groups)
+        assert {group, job_group(group, job)} <= set(fake.deleted_groups)
     for run in figures:
         assert run["complete"] and run["exit_code"] == 0  # not stopped by a signal (143)
         assert run["drain_ceiling"] == 128
@@ -318,6 +338,6 @@ def test_a_backfill_size_missing_from_its_log_comes_from_its_summary(monkeypatch
 def test_finish_leaves_a_self_ending_process_to_exit_and_stops_one_that_does_not(tmp_path):
     ends = python_child(backfill_code(0, {}), tmp_path / "ends.log")
     assert finish(ends, True) == 0
-    stays = python_child(backfill_code(0, {}).replace("0.3", "60"), tmp_path / "stays.log")
-    assert finish(stays, False) in {143, -15}  # signalled (before or after its handler was set)
+    stays = python_child(backfill_code(0, {}), tmp_path / "stays.log")
+    assert finish(stays, False) in {143, -15}  # signalled while held (before or after its handler was set)
     assert json.loads(ends.log().splitlines()[-1])["done"] is True
