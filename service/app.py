@@ -166,7 +166,9 @@ def run_service(settings: Settings) -> int:
     stop = Stop()
     metrics, health, server = observe(settings)
     try:
-        source, sink = build_clients(settings.kafka, health.brokers, AccessReport(metrics, health))
+        source, sink = build_clients(
+            settings.kafka, health.brokers, AccessReport(metrics, health), on_commit=metrics.committed
+        )
         model = serve_model(settings, metrics)
         drain = drain_ceiling(model, settings.batch)
         _log.info(
@@ -262,9 +264,10 @@ def freeze_heap() -> None:
 def observe(settings: Settings) -> tuple[Metrics, Health, MetricsServer | None]:
     """The metrics, the probes' state, and the HTTP port serving both, open from now on (see
     :func:`start_server`): readiness follows ``health``."""
-    metrics = Metrics()
+    metrics = Metrics(max_size=settings.batch.max_size)
     health = Health(settings.metrics.liveness_timeout_s, settings.metrics.broker_timeout_s)
     metrics.ready.set_function(lambda: float(health.ready()[0]))
+    metrics.live.set_function(lambda: float(health.live()[0]))
     return metrics, health, start_server(settings, metrics, health)
 
 
@@ -285,14 +288,16 @@ def build_clients(
     on_brokers: Callable[[bool], None] = lambda _up: None,
     on_access: Access = no_access_report,
     *,
+    on_commit: Callable[[bool], None] = lambda _ok: None,
     ends: bool = False,
 ) -> tuple[Source, Sink]:
     """Create both clients first, so librdkafka's own validation of the options (unknown keys, bad
     values in the *_EXTRA settings) stops start-up as a configuration error naming the variable, with
     every configured value taken out of librdkafka's message. Both tell ``on_access`` of permissions
-    refused while running; ``ends``: the consumer reports where partitions end (a backfill)."""
+    refused while running; ``on_commit``: the consumer's auto-commit results; ``ends``: it reports where
+    partitions end (a backfill)."""
     try:
-        return Source(kafka, on_brokers, on_access, ends=ends), Sink(kafka, on_access)
+        return Source(kafka, on_brokers, on_access, on_commit=on_commit, ends=ends), Sink(kafka, on_access)
     except KafkaException as exc:
         message = exc.args[0].str()
         setting = client_error_setting(message, kafka) or kafka.extra_setting(message)

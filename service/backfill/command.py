@@ -100,7 +100,10 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     stop = Stop()
     metrics, health, server = observe(settings)
     try:
-        source, sink = build_clients(settings.kafka, health.brokers, AccessReport(metrics, health), ends=True)
+        access = AccessReport(metrics, health)
+        source, sink = build_clients(
+            settings.kafka, health.brokers, access, on_commit=metrics.committed, ends=True
+        )
         if not check_topics(source, settings, stop.requested.is_set):
             source.close()
             _log.warning("backfill_incomplete", hint="stopped while starting; run again with the same --job")

@@ -37,7 +37,9 @@ class Source:
     ``on_brokers(up)`` is told, from inside ``consume``, whether any broker is reachable: False as soon as
     librdkafka reports all brokers down, True when its next statistics show one up (every 5 s).
     ``on_access`` is told of READ on the group or a topic refused, and of it working again (partitions
-    assigned; a record from that topic)."""
+    assigned; a record from that topic). ``on_commit(ok)`` is told of every auto-commit librdkafka
+    reports (from inside ``consume`` and ``close``); :meth:`commit`'s synchronous ones it returns instead,
+    as librdkafka reports those to no callback."""
 
     def __init__(
         self,
@@ -45,6 +47,7 @@ class Source:
         on_brokers: Callable[[bool], None] = lambda _up: None,
         on_access: Access = no_access_report,
         *,
+        on_commit: Callable[[bool], None] = lambda _ok: None,
         ends: bool = False,
     ) -> None:
         """``ends``: report where each partition's end was reached (:meth:`take_ends`)."""
@@ -55,6 +58,8 @@ class Source:
         self._fatal = FatalWatch("consumer", on_brokers, self._redact, self._read_cause)
         self._on_brokers = on_brokers
         self._on_access = on_access
+        self._on_commit = on_commit
+        self._commits_ok = True  # the last auto-commit's result: a failure is logged when it starts
         self._group = Permission("READ", "group", settings.group_id)
         self._refused_topics: set[str] = set()  # READ refused, until a record from it arrives
         options = settings.consumer_config()
@@ -69,6 +74,7 @@ class Source:
         conf["logger"] = self._client_log
         conf.setdefault("statistics.interval.ms", _STATS_INTERVAL_MS)
         conf["stats_cb"] = self._on_stats
+        conf["on_commit"] = self._committed
         self._consumer = Consumer(conf)
         self._bootstrap = settings.bootstrap_servers
 
@@ -78,6 +84,20 @@ class Source:
         except msgspec.DecodeError:
             return
         self._on_brokers(any(b.state == "UP" for b in brokers.values()))
+
+    def _committed(self, err: KafkaError | None, parts: list[KafkaTopicPartition]) -> None:
+        """An auto-commit's result. Failing is logged once when it starts and once when it ends: it
+        retries every interval, and the stored offsets wait meanwhile (a duplicate at worst)."""
+        if err is not None and err.code() == KafkaError._NO_OFFSET:
+            return  # nothing new was stored since the last one
+        error = err if err is not None else next((p.error for p in parts if p.error is not None), None)
+        ok = error is None
+        if not ok and self._commits_ok:
+            _log.warning("auto_commit_failed", error=self._redact(str(error)))
+        elif ok and not self._commits_ok:
+            _log.info("auto_commit_resumed")
+        self._commits_ok = ok
+        self._on_commit(ok)
 
     def subscribe(self, topics: list[str], listener: RebalanceListener) -> None:
         def tps(parts: list[KafkaTopicPartition]) -> list[TopicPartition]:

@@ -14,17 +14,53 @@ from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
-from prometheus_client.core import HistogramMetricFamily, Metric
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
+from service.errors import Reason
 from service.flow.records import TopicPartition
 
 PREFIX = "microbatch"
 # Seconds: from a tiny model's batch (50 us) to a slow GPU batch or a stalled broker (minutes).
 TIME_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
-SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+EXACT_SIZES = 64
+"""Batch sizes up to this (and up to ``MAX_SIZE``) get a bucket each; see :func:`size_buckets`."""
+LARGEST_SIZE_BUCKET = 4096
+
+
+def size_buckets(max_size: int) -> tuple[int, ...]:
+    """Histogram buckets for batch sizes: one per size from 1 to ``MAX_SIZE`` (at most ``EXACT_SIZES``),
+    then powers of two up to ``LARGEST_SIZE_BUCKET`` for the drain regime's and a backfill's batches.
+
+    Every size is a whole number, so a bucket ``(k-1, k]`` holds only batches of exactly ``k``, and
+    ``ceil(histogram_quantile(...))`` is the exact size at that quantile, where powers of two alone made
+    ``histogram_quantile`` interpolate batches of 4 down to 3. Above the exact sizes, a quantile is only
+    known to lie within its power of two."""
+    exact = min(max(max_size, 1), EXACT_SIZES)
+    doubling = 1 << exact.bit_length()
+    return (*range(1, exact + 1), *(1 << n for n in range(doubling.bit_length() - 1, 13)))
+
+
+class OptionalGauge(Collector):
+    """A gauge with no sample until it is first set: "no data" rather than 0 where a value does not apply
+    (the padding efficiency of a model that does not pad). Safe to set from one thread while another
+    scrapes (one attribute, replaced whole)."""
+
+    def __init__(self, name: str, documentation: str) -> None:
+        self._name, self._doc = name, documentation
+        self._value: float | None = None
+
+    def set(self, value: float) -> None:
+        self._value = float(value)
+
+    def collect(self) -> Iterator[Metric]:
+        """The family always (its HELP and TYPE are scraped), with its one sample only once set."""
+        family = GaugeMetricFamily(self._name, self._doc)
+        if (value := self._value) is not None:
+            family.add_metric([], value)
+        yield family
 
 
 class BulkHistogram(Collector):
@@ -62,9 +98,10 @@ class BulkHistogram(Collector):
 
 class Metrics:
     """Every metric of the service. ``registry`` defaults to a fresh one, so tests and several pipelines
-    in one process never share counters; the HTTP server serves the registry it is given."""
+    in one process never share counters; the HTTP server serves the registry it is given. ``max_size``:
+    ``MAX_SIZE``, up to which each batch size has a bucket of its own."""
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(self, registry: CollectorRegistry | None = None, max_size: int = 16) -> None:
         self.registry = registry or CollectorRegistry(auto_describe=True)
         r, p = self.registry, PREFIX
         self.consumed = Counter(f"{p}_events_consumed", "Input messages consumed.", registry=r)
@@ -80,7 +117,11 @@ class Metrics:
             ["reason"],
             registry=r,
         )
-        self.batch_size = Histogram(f"{p}_batch_size", "Items per batch.", buckets=SIZE_BUCKETS, registry=r)
+        for reason in Reason:  # every reason a series from the start: 0, not "no data", and rate() sees
+            self.dead_letters.labels(reason=reason.value)  # the first increment of each
+        self.batch_size = Histogram(
+            f"{p}_batch_size", "Items per batch.", buckets=size_buckets(max_size), registry=r
+        )
         self.target_size = Gauge(f"{p}_batch_target_size", "The adaptive controller's target.", registry=r)
         self.queue_wait = Histogram(
             f"{p}_queue_wait_seconds",
@@ -98,9 +139,25 @@ class Metrics:
         )
         r.register(self.latency)
         self.commit_time = Histogram(
-            f"{p}_commit_seconds", "Synchronous offset commits.", buckets=TIME_BUCKETS, registry=r
+            f"{p}_commit_seconds",
+            "Synchronous offset commits (on rebalance and shutdown; auto-commits are not timed).",
+            buckets=TIME_BUCKETS,
+            registry=r,
         )
-        self.commit_failures = Counter(f"{p}_commit_failures", "Offset commits that failed.", registry=r)
+        self.commits = Counter(
+            f"{p}_commits",
+            "Offset commits the broker took: the auto-commits (as librdkafka reports them) and the "
+            "synchronous ones.",
+            registry=r,
+        )
+        self.commit_failures = Counter(
+            f"{p}_commit_failures", "Offset commits that failed, auto or synchronous.", registry=r
+        )
+        self.last_commit = Gauge(
+            f"{p}_last_commit_timestamp_seconds",
+            "Unix time of the last offset commit the broker took (0: none yet).",
+            registry=r,
+        )
         self.authorization_failures = Counter(
             f"{p}_authorization_failures",
             "Requests and deliveries the cluster refused for want of an ACL, by the permission missing "
@@ -122,9 +179,11 @@ class Metrics:
         self.in_flight = Gauge(
             f"{p}_in_flight_events", "Consumed messages whose output is not acknowledged yet.", registry=r
         )
-        self.padding = Gauge(
-            f"{p}_padding_efficiency", "Real over padded tokens, last stats window (text models).", registry=r
+        self.padding = OptionalGauge(
+            f"{p}_padding_efficiency",
+            "Real over padded tokens, last stats window with batches (text models; no sample otherwise).",
         )
+        r.register(self.padding)
         self.points = Counter(
             f"{p}_points",
             "Data points of agents' metrics (rows assembled): used by a row, ignored (no feature reads "
@@ -154,11 +213,23 @@ class Metrics:
             registry=r,
         )
         self.ready = Gauge(f"{p}_ready", "1 when /readyz answers 200.", registry=r)
+        self.live = Gauge(f"{p}_live", "1 when /healthz answers 200.", registry=r)
         ProcessCollector(registry=r)  # process_*: CPU seconds, resident memory, open files (Linux)
         self._lag_labels: set[tuple[str, str]] = set()
 
     def model_loaded(self, name: str, version: str, provider: str) -> None:
         self.model.labels(name=name, version=version, provider=provider).set(1)
+
+    def committed(self, ok: bool, seconds: float | None = None) -> None:
+        """One offset commit: taken by the broker or failed; ``seconds``: how long a synchronous one took
+        (None for an auto-commit, whose result librdkafka reports without its time)."""
+        if not ok:
+            self.commit_failures.inc()
+            return
+        self.commits.inc()
+        self.last_commit.set_to_current_time()
+        if seconds is not None:
+            self.commit_time.observe(seconds)
 
     def batch(
         self,

@@ -63,6 +63,8 @@ REQUIRED_PANELS = {
     "Queue wait": {"microbatch_queue_wait_seconds_bucket"},
     "Padding efficiency": {"microbatch_padding_efficiency"},
     "Partitions": {"microbatch_assigned_partitions", "microbatch_paused_partitions"},
+    "Offset commits": {"microbatch_commits_total", "microbatch_commit_failures_total"},
+    "Since last commit": {"microbatch_last_commit_timestamp_seconds"},
 }
 COMPILERS = {"gcc", "g++", "cc", "clang", "build-essential", "make", "cmake", "rustc", "cargo"}
 

@@ -6,7 +6,8 @@ describes. Every rendered object must be valid against its API schema (built-in 
 OpenAPI schemas of kubernetes-validate, strict; the CRDs: the schemas vendored under tests/deploy/schemas/),
 and the manifests must agree with the service: its settings, its HTTP port and probe paths, its drain time,
 the consumer group and topic the autoscaler watches, the brokers' port, and the credential files, which the
-tests mount from the example Secret as the kubelet would before loading the settings.
+tests mount from the example Secret as the kubelet would before loading the settings. The monitoring must
+agree with the compose stack's: the same ``service`` label on every series, the same alert rules.
 
 The backfill Job (``jobs/backfill``) is rendered too and held to the same schemas, to the backfill command's
 own parser (each index's arguments, which together read every partition once) and to the service it runs
@@ -47,6 +48,8 @@ from service.errors import ConfigError, EnvironmentNotReadyError, MicrobatchErro
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "deploy" / "k8s"
 SCHEMAS = ROOT / "tests" / "deploy" / "schemas"
+COMPOSE_PROMETHEUS = ROOT / "deploy" / "compose" / "prometheus.yml"
+ALERT_RULES = ROOT / "deploy" / "compose" / "alerts.yml"
 
 # The newest Kubernetes schemas the dev dependency (kubernetes-validate>=1.31) is sure to ship.
 K8S_VERSION = "1.31"
@@ -54,6 +57,7 @@ CRD_FILES = (
     "keda.sh_scaledobjects.yaml",
     "keda.sh_triggerauthentications.yaml",
     "monitoring.coreos.com_servicemonitors.yaml",
+    "monitoring.coreos.com_prometheusrules.yaml",
 )
 
 IMAGE = "ghcr.io/microbatch/microbatch"
@@ -64,6 +68,11 @@ CREDENTIALS_SECRET = "microbatch-kafka"
 DRAIN_MARGIN_S = 15
 # Model load, warm-up and group join take 10-30 s on top of the wait for a broker.
 STARTUP_WORK_S = 30
+
+# The Service label whose value the ServiceMonitor puts into `service`: the app name, which is the name of
+# the compose service (`service="microbatch"` under both).
+APP_LABEL = "app.kubernetes.io/name"
+APP_NAME = "microbatch"
 
 # A secured cluster's TLS listener, where docs/DEPLOY.md has users point the bootstrap servers.
 TLS_BOOTSTRAP = "kafka-bootstrap.kafka.svc:9093"
@@ -557,6 +566,50 @@ def test_the_kafka_egress_port_follows_the_bootstrap_servers(
     kafka_rule = manifests.one("NetworkPolicy")["spec"]["egress"][0]
     assert kafka_rule["ports"] == [{"port": port, "protocol": "TCP"}]
     assert type(kafka_rule["ports"][0]["port"]) is int
+
+
+# --- monitoring: the `service` label and the alert rules -----------------------------------------------
+
+
+def _meta_label(label: str) -> str:
+    """The meta label under which Kubernetes service discovery shows a Service's label: every character a
+    label name cannot hold (``.``, ``/``, ``-``) becomes ``_``."""
+    return "__meta_kubernetes_service_label_" + re.sub(r"[^a-zA-Z0-9_]", "_", label)
+
+
+def _compose_services() -> set[str]:
+    """The values of `service` under compose: the DNS names its Prometheus scrapes (``__meta_dns_name``)."""
+    config = yaml.safe_load(COMPOSE_PROMETHEUS.read_text())
+    return {
+        name
+        for job in config["scrape_configs"]
+        for sd in job.get("dns_sd_configs", [])
+        for name in sd["names"]
+    }
+
+
+def test_scraped_series_carry_the_app_name_as_service_like_under_compose(manifests: Manifests):
+    """The operator labels series with `service` = the Service's name (microbatch-metrics); a relabeling of
+    each endpoint, applied after the operator's own, replaces it with the Service's app name, so the
+    dashboard's filter and the alert rules see `service="microbatch"` as under compose."""
+    service = manifests.one("Service")
+    assert service["metadata"]["labels"][APP_LABEL] == APP_NAME
+    assert APP_NAME in _compose_services()
+    for endpoint in manifests.one("ServiceMonitor")["spec"]["endpoints"]:
+        to_service = [r for r in endpoint.get("relabelings", []) if r.get("targetLabel") == "service"]
+        assert to_service, "`service` would be the Service's name, microbatch-metrics"
+        last = to_service[-1]
+        assert last["sourceLabels"] == [_meta_label(APP_LABEL)]
+        assert last.get("action", "replace").lower() == "replace"
+        assert last.get("regex", "(.*)") == "(.*)" and last.get("replacement", "$1") == "$1"
+
+
+def test_the_alert_rules_are_the_compose_prometheus_rules(manifests: Manifests):
+    """One PrometheusRule, with the groups of deploy/compose/alerts.yml (tests/deploy/test_alerts.py
+    unit-tests them with promtool)."""
+    rule = manifests.one("PrometheusRule")
+    assert rule["metadata"]["labels"][APP_LABEL] == APP_NAME
+    assert rule["spec"]["groups"] == yaml.safe_load(ALERT_RULES.read_text())["groups"]
 
 
 # --- the pod -------------------------------------------------------------------------------------------

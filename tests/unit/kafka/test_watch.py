@@ -1,12 +1,15 @@
-"""service/kafka/watch.py and the consumer's use of it: librdkafka's error and statistics callbacks tell
-/readyz about the brokers and stop the loop on a fatal error."""
+"""service/kafka/watch.py and the consumer's use of it: librdkafka's error, statistics and commit callbacks
+tell /readyz about the brokers, stop the loop on a fatal error, and count the auto-commits."""
 
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pytest
+import structlog
 from confluent_kafka import KafkaError
+from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from service.config import KafkaSettings, Settings, check_run_settings
 from service.errors import ConfigError, FatalKafkaError
@@ -67,3 +70,24 @@ def test_the_consumer_rebalances_incrementally_by_default():
     assert KafkaSettings().consumer_config()["partition.assignment.strategy"] == "cooperative-sticky"
     custom = KafkaSettings(consumer_extra={"partition.assignment.strategy": "range"})
     assert custom.consumer_config()["partition.assignment.strategy"] == "range"
+
+
+def test_auto_commits_are_reported_and_a_failure_is_logged_when_it_starts_and_ends():
+    """librdkafka's commit callback: nothing stored is no commit; an error, or one on a partition, is a
+    failure, logged once per outage."""
+    seen: list[bool] = []
+    source = Source(KafkaSettings(bootstrap_servers="127.0.0.1:1"), on_commit=seen.append)
+    ok = [KafkaTopicPartition("in", 0, 10)]
+    refused = SimpleNamespace(error=KafkaError(KafkaError.REBALANCE_IN_PROGRESS))
+    try:
+        with structlog.testing.capture_logs() as logs:
+            source._committed(KafkaError(KafkaError._NO_OFFSET), [])
+            source._committed(None, ok)
+            source._committed(KafkaError(KafkaError.COORDINATOR_NOT_AVAILABLE), ok)
+            source._committed(None, [refused])  # type: ignore[list-item]
+            source._committed(None, ok)
+        reported = list(seen)
+    finally:
+        source.close()
+    assert reported == [True, False, False, True]
+    assert [line["event"] for line in logs] == ["auto_commit_failed", "auto_commit_resumed"]

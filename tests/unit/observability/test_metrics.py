@@ -1,14 +1,24 @@
-"""service/observability/metrics.py: the bulk histogram matches the client library's own, and state
-gauges follow the assignment."""
+"""service/observability/metrics.py: the bulk histogram matches the client library's own, state gauges
+follow the assignment, batch sizes have exact buckets, and the series a dashboard reads exist when they
+should (dead letters at 0) and not when they should not (padding of a model that does not pad)."""
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
-from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.utils import floatToGoString
 
-from service.observability.metrics import LATENCY_BUCKETS, BulkHistogram, Metrics
+from service.errors import Reason
+from service.observability.metrics import (
+    EXACT_SIZES,
+    LATENCY_BUCKETS,
+    BulkHistogram,
+    Metrics,
+    size_buckets,
+)
 
 
 def sample(registry: CollectorRegistry, name: str, labels: dict[str, str] | None = None) -> float | None:
@@ -65,3 +75,49 @@ def test_each_metrics_object_has_its_own_registry():
     a, b = Metrics(), Metrics()
     a.consumed.inc(3)
     assert sample(b.registry, "microbatch_events_consumed_total") == 0
+
+
+def test_every_batch_size_up_to_max_size_has_a_bucket_of_its_own_then_powers_of_two():
+    assert size_buckets(16) == (*range(1, 17), 32, 64, 128, 256, 512, 1024, 2048, 4096)
+    assert size_buckets(4)[:5] == (1, 2, 3, 4, 8)
+    assert size_buckets(1000)[EXACT_SIZES - 1 :] == (EXACT_SIZES, 128, 256, 512, 1024, 2048, 4096)
+    for max_size in (1, 5, 16, 17, 64, 100):
+        buckets = size_buckets(max_size)
+        assert list(buckets) == sorted(set(buckets)) and buckets[-1] == 4096
+
+
+def test_batches_of_one_size_fall_in_their_own_bucket_only():
+    """What makes ceil(histogram_quantile) exact: batches of 4 leave the bucket up to 3 empty."""
+    m = Metrics(max_size=16)
+    for _ in range(5):
+        m.batch(4, 0.0, 0.0, np.zeros(4), None)
+    assert sample(m.registry, "microbatch_batch_size_bucket", {"le": "3.0"}) == 0
+    assert sample(m.registry, "microbatch_batch_size_bucket", {"le": "4.0"}) == 5
+
+
+def test_every_dead_letter_reason_has_a_series_at_zero_from_the_start():
+    m = Metrics()
+    for reason in Reason:
+        assert sample(m.registry, "microbatch_dead_letters_total", {"reason": reason.value}) == 0
+
+
+def test_padding_efficiency_has_no_sample_until_a_model_padded():
+    m = Metrics()
+    text = generate_latest(m.registry).decode()
+    assert "# TYPE microbatch_padding_efficiency gauge" in text
+    assert sample(m.registry, "microbatch_padding_efficiency") is None
+    m.padding.set(0.75)
+    assert sample(m.registry, "microbatch_padding_efficiency") == 0.75
+
+
+def test_commits_count_successes_and_failures_and_time_only_the_synchronous_ones():
+    m = Metrics()
+    assert sample(m.registry, "microbatch_last_commit_timestamp_seconds") == 0
+    before = time.time()
+    m.committed(True)  # an auto-commit
+    m.committed(True, 0.004)  # a synchronous one
+    m.committed(False)
+    assert sample(m.registry, "microbatch_commits_total") == 2
+    assert sample(m.registry, "microbatch_commit_failures_total") == 1
+    assert sample(m.registry, "microbatch_commit_seconds_count") == 1
+    assert before <= sample(m.registry, "microbatch_last_commit_timestamp_seconds") <= time.time()
