@@ -1,15 +1,85 @@
-"""Which execution providers can serve here: the request, what this ONNX Runtime build has, and the GPUs."""
+"""Which execution providers can serve here: the request, what this ONNX Runtime build has, and the GPUs,
+and when CUDA cannot serve, exactly why."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
-from collections.abc import Sequence
+import io
+from collections.abc import Callable, Sequence
 
 from service.config import ModelSettings
 from service.errors import ConfigError
 
-_GPU_PROVIDERS = {"CUDAExecutionProvider", "TensorrtExecutionProvider"}
+GPU_PROVIDERS = frozenset({"CUDAExecutionProvider", "TensorrtExecutionProvider"})
 _SETTING = ModelSettings.env("providers")
+CUDNN_MAJOR = 9
+"""The cuDNN that onnxruntime-gpu's CUDA provider links against (its install page: CUDA 12 or 13, cuDNN 9)."""
+INSTALL_HINT = "pip install 'onnxruntime-gpu[cuda,cudnn]', or put the libraries on LD_LIBRARY_PATH"
+
+Loader = Callable[[str], object]
+
+
+def cuda_libraries(cuda_version: str) -> tuple[str, ...]:
+    """The shared libraries the CUDA provider of an ONNX Runtime built with ``cuda_version`` ("13.0")
+    cannot run without, in load order (cuBLAS needs cuBLASLt first). cuFFT and NVRTC are left out: ONNX
+    Runtime itself treats them as optional."""
+    major = cuda_version.split(".", maxsplit=1)[0]
+    return (
+        f"libcudart.so.{major}",
+        f"libcublasLt.so.{major}",
+        f"libcublas.so.{major}",
+        f"libcudnn.so.{CUDNN_MAJOR}",
+    )
+
+
+def cuda_problem(load: Loader = ctypes.CDLL, preload: Callable[[], None] | None = None) -> str | None:
+    """Why CUDA cannot serve in this process, or None when it can: no NVIDIA driver, no device, or a
+    library missing, named. ``load`` opens a shared library by name (``ctypes.CDLL``); ``preload`` first
+    loads NVIDIA's pip wheels' libraries, as the ``[cuda,cudnn]`` extras install them (default:
+    ``onnxruntime.preload_dlls``, silenced). Asked in this order because each answer makes the next
+    question moot: with no driver there is no device, with no device the libraries do not matter."""
+    try:
+        driver = load("libcuda.so.1")
+    except OSError:
+        return (
+            "no NVIDIA driver (libcuda.so.1 not found: the host's driver, which a container gets from the "
+            "NVIDIA Container Toolkit)"
+        )
+    count = ctypes.c_int(0)
+    status = driver.cuInit(0)  # type: ignore[attr-defined]
+    if status == 0:
+        status = driver.cuDeviceGetCount(ctypes.byref(count))  # type: ignore[attr-defined]
+    if status != 0 or count.value == 0:
+        detail = f"CUDA driver error {status}" if status else "the driver reports none"
+        return f"no CUDA device ({detail})"
+    (preload or _preload_wheels)()
+    for library in cuda_libraries(built_with_cuda()):
+        try:
+            load(library)
+        except OSError:
+            return f"a CUDA library is missing: {library} ({INSTALL_HINT})"
+    return None
+
+
+def built_with_cuda() -> str:
+    """The CUDA version this ONNX Runtime was built with ("13.0"); "" for a CPU-only build."""
+    from onnxruntime.capi import build_and_package_info
+
+    return str(getattr(build_and_package_info, "cuda_version", "") or "")
+
+
+def _preload_wheels() -> None:
+    """onnxruntime.preload_dlls: the CUDA and cuDNN libraries of NVIDIA's pip wheels into this process,
+    where the CUDA provider then finds them. It prints what it could not load; ``cuda_problem`` names that
+    itself, once."""
+    import onnxruntime
+
+    preload = getattr(onnxruntime, "preload_dlls", None)
+    if preload is None:
+        return
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(Exception):
+        preload(cuda=True, cudnn=True)
 
 
 def cuda_device_count() -> int:
@@ -29,26 +99,31 @@ def cuda_device_count() -> int:
 
 
 def choose_providers(
-    requested: Sequence[str], known: Sequence[str], available: Sequence[str], cuda_devices: int
-) -> tuple[list[str], list[str]]:
-    """Split ``requested`` into (usable in order, dropped). Pure, so it is testable without a GPU.
+    requested: Sequence[str], known: Sequence[str], available: Sequence[str], cuda: str | None
+) -> tuple[list[str], dict[str, str]]:
+    """Split ``requested`` into (usable in order, dropped with why). ``cuda``: why CUDA cannot serve here
+    (:func:`cuda_problem`), None when it can. Pure, so it is testable without a GPU.
 
     Raises ConfigError naming MICROBATCH_MODEL__PROVIDERS for a provider ONNX Runtime does not know, or
-    when none of the requested ones can run here.
+    when none of the requested ones can run here (saying why).
     """
     unknown = [p for p in requested if p not in known]
     if unknown:
         raise ConfigError(_SETTING, f"unknown provider(s) {unknown}; known: {list(known)}")
     usable: list[str] = []
-    dropped: list[str] = []
+    dropped: dict[str, str] = {}
     for provider in requested:
-        ok = provider in available and (provider not in _GPU_PROVIDERS or cuda_devices > 0)
-        (usable if ok else dropped).append(provider)
+        if provider not in available:
+            dropped[provider] = "not in this ONNX Runtime build"
+        elif provider in GPU_PROVIDERS and cuda is not None:
+            dropped[provider] = cuda
+        else:
+            usable.append(provider)
     if not usable:
-        why = "no CUDA device found" if set(requested) & _GPU_PROVIDERS and not cuda_devices else ""
+        why = "; ".join(sorted(set(dropped.values())))
         raise ConfigError(
             _SETTING,
-            f"none of {list(requested)} can run here ({why or 'not in this ONNX Runtime build'}); "
-            f"available: {list(available)}; add CPUExecutionProvider to fall back",
+            f"none of {list(requested)} can run here ({why}); available: {list(available)}; "
+            "add CPUExecutionProvider to fall back",
         )
     return usable, dropped

@@ -10,7 +10,7 @@ import onnxruntime as ort
 import structlog
 
 from service.config import ModelSettings
-from service.engine.providers import choose_providers, cuda_device_count
+from service.engine.providers import GPU_PROVIDERS, choose_providers, cuda_problem
 from service.errors import ConfigError
 from service.processors.base import Port, Tensors
 
@@ -27,9 +27,13 @@ class Engine:
     def __init__(
         self, path: Path, providers: Sequence[str], intra_op_threads: int = 0, allow_spinning: bool = False
     ) -> None:
+        cuda = cuda_problem() if GPU_PROVIDERS & set(providers) else None
         usable, dropped = choose_providers(
-            providers, ort.get_all_providers(), ort.get_available_providers(), cuda_device_count()
+            providers, ort.get_all_providers(), ort.get_available_providers(), cuda
         )
+        self.dropped = dropped
+        """Requested providers that cannot serve here, each with why (no driver, no device, a library
+        missing, not in this build)."""
         if dropped:
             _log.warning("providers_unavailable", dropped=dropped, using=usable)
         options = ort.SessionOptions()
@@ -64,7 +68,14 @@ class Engine:
 
     def describe(self) -> dict[str, Any]:
         """For the start-up log line."""
-        return {"path": str(self.path), "provider": self.provider, "inputs": self.input_names}
+        described: dict[str, Any] = {
+            "path": str(self.path),
+            "provider": self.provider,
+            "inputs": self.input_names,
+        }
+        if self.dropped:
+            described["dropped"] = self.dropped
+        return described
 
 
 def _port(arg: Any) -> Port:

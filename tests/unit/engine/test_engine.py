@@ -14,6 +14,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from service.engine import Engine, choose_providers, cuda_device_count
+from service.engine.providers import built_with_cuda, cuda_libraries, cuda_problem
 from service.errors import ConfigError
 
 CUDA, CPU, TRT, ROCM = (
@@ -30,57 +31,132 @@ METADATA = {"microbatch.processor": "features", "microbatch.features": '["a", "b
 
 # -- choose_providers -----------------------------------------------------------------------------------
 
+NO_DEVICE = "no CUDA device (the driver reports none)"
+
 
 def test_unknown_provider_names_the_providers_setting():
     with pytest.raises(ConfigError) as err:
-        choose_providers(["CUDAExecutionProvider", "QuantumExecutionProvider"], KNOWN, GPU_BUILD, 1)
+        choose_providers(["CUDAExecutionProvider", "QuantumExecutionProvider"], KNOWN, GPU_BUILD, None)
     assert err.value.setting == "MICROBATCH_MODEL__PROVIDERS"
     assert "QuantumExecutionProvider" in str(err.value)
 
 
 def test_cuda_without_a_device_falls_back_to_cpu_and_reports_the_drop():
-    usable, dropped = choose_providers([CUDA, CPU], KNOWN, GPU_BUILD, 0)
+    usable, dropped = choose_providers([CUDA, CPU], KNOWN, GPU_BUILD, NO_DEVICE)
     assert usable == [CPU]
-    assert dropped == [CUDA]
+    assert dropped == {CUDA: NO_DEVICE}
 
 
 def test_tensorrt_without_a_device_is_dropped_too():
-    usable, dropped = choose_providers([TRT, CUDA, CPU], KNOWN, GPU_BUILD, 0)
+    usable, dropped = choose_providers([TRT, CUDA, CPU], KNOWN, GPU_BUILD, NO_DEVICE)
     assert usable == [CPU]
-    assert dropped == [TRT, CUDA]
+    assert dropped == {TRT: NO_DEVICE, CUDA: NO_DEVICE}
 
 
 def test_cuda_only_without_a_device_says_no_cuda_device():
     with pytest.raises(ConfigError) as err:
-        choose_providers([CUDA], KNOWN, GPU_BUILD, 0)
+        choose_providers([CUDA], KNOWN, GPU_BUILD, NO_DEVICE)
     assert err.value.setting == "MICROBATCH_MODEL__PROVIDERS"
     assert "no CUDA device" in str(err.value)
 
 
 def test_a_provider_missing_from_this_build_is_dropped():
-    usable, dropped = choose_providers([ROCM, CPU], KNOWN, GPU_BUILD, 1)
-    assert (usable, dropped) == ([CPU], [ROCM])
+    usable, dropped = choose_providers([ROCM, CPU], KNOWN, GPU_BUILD, None)
+    assert (usable, dropped) == ([CPU], {ROCM: "not in this ONNX Runtime build"})
     with pytest.raises(ConfigError) as err:
-        choose_providers([ROCM], KNOWN, GPU_BUILD, 1)
+        choose_providers([ROCM], KNOWN, GPU_BUILD, None)
     assert err.value.setting == "MICROBATCH_MODEL__PROVIDERS"
     assert "no CUDA device" not in str(err.value)
 
 
 @pytest.mark.parametrize("requested", [[CUDA, CPU], [CPU, CUDA], [TRT, CUDA, CPU], [CPU, TRT]])
 def test_order_is_preserved_when_everything_can_run(requested):
-    usable, dropped = choose_providers(requested, KNOWN, GPU_BUILD, 2)
+    usable, dropped = choose_providers(requested, KNOWN, GPU_BUILD, None)
     assert usable == requested
-    assert dropped == []
+    assert dropped == {}
 
 
 def test_order_is_preserved_among_the_survivors():
-    usable, dropped = choose_providers([ROCM, CUDA, CPU], KNOWN, GPU_BUILD, 1)
+    usable, dropped = choose_providers([ROCM, CUDA, CPU], KNOWN, GPU_BUILD, None)
     assert usable == [CUDA, CPU]
-    assert dropped == [ROCM]
+    assert list(dropped) == [ROCM]
 
 
 def test_cpu_needs_no_cuda_device():
-    assert choose_providers([CPU], KNOWN, GPU_BUILD, 0) == ([CPU], [])
+    assert choose_providers([CPU], KNOWN, GPU_BUILD, NO_DEVICE) == ([CPU], {})
+
+
+# -- cuda_problem: why CUDA cannot serve, asked of fakes of the driver and the libraries -----------------
+
+
+class FakeDriver:
+    """libcuda.so.1: cuInit's status, and the device count cuDeviceGetCount writes."""
+
+    def __init__(self, devices: int, init_status: int = 0) -> None:
+        self.devices, self.init_status = devices, init_status
+
+    def cuInit(self, _flags: int) -> int:  # noqa: N802 - the driver's name
+        return self.init_status
+
+    def cuDeviceGetCount(self, count) -> int:  # noqa: N802
+        count._obj.value = self.devices
+        return 0
+
+
+def loader(driver: FakeDriver | None, missing: set[str] = frozenset()):
+    """A ``ctypes.CDLL`` stand-in: the driver (absent when None), every other library but ``missing``."""
+    loaded: list[str] = []
+
+    def load(name: str) -> object:
+        if name == "libcuda.so.1":
+            if driver is None:
+                raise OSError(f"{name}: cannot open shared object file")
+            return driver
+        if name in missing:
+            raise OSError(f"{name}: cannot open shared object file")
+        loaded.append(name)
+        return object()
+
+    load.loaded = loaded  # type: ignore[attr-defined]
+    return load
+
+
+def no_preload() -> None:
+    pass
+
+
+def test_cuda_libraries_follow_the_cuda_major_onnx_runtime_wasbuilt_with_cuda():
+    assert cuda_libraries("13.0") == (
+        "libcudart.so.13",
+        "libcublasLt.so.13",
+        "libcublas.so.13",
+        "libcudnn.so.9",
+    )
+    assert cuda_libraries("12.8")[0] == "libcudart.so.12"
+
+
+def test_no_driver_no_device_and_a_missing_library_are_each_named():
+    assert "no NVIDIA driver" in cuda_problem(loader(None), no_preload)
+    assert cuda_problem(loader(FakeDriver(0)), no_preload) == "no CUDA device (the driver reports none)"
+    assert cuda_problem(loader(FakeDriver(1, init_status=100)), no_preload) == (
+        "no CUDA device (CUDA driver error 100)"
+    )
+    problem = cuda_problem(loader(FakeDriver(1), {"libcudnn.so.9"}), no_preload)
+    assert problem is not None and "libcudnn.so.9" in problem and "onnxruntime-gpu[cuda,cudnn]" in problem
+
+
+def test_cuda_can_serve_with_a_device_and_every_library_after_the_wheels_are_preloaded():
+    preloaded: list[bool] = []
+    load = loader(FakeDriver(2))
+    assert cuda_problem(load, lambda: preloaded.append(True)) is None
+    assert preloaded == [True]
+    assert load.loaded == list(cuda_libraries(built_with_cuda()))
+
+
+def test_the_reason_reaches_the_error_when_nothing_else_can_serve():
+    with pytest.raises(ConfigError) as err:
+        choose_providers([CUDA], KNOWN, GPU_BUILD, "a CUDA library is missing: libcudnn.so.9")
+    assert "libcudnn.so.9" in str(err.value)
 
 
 # -- Engine ---------------------------------------------------------------------------------------------
@@ -142,6 +218,9 @@ def test_model_without_metadata_has_an_empty_map(tmp_path):
 def test_default_providers_fall_back_to_cpu_without_a_gpu(model_path):
     engine = Engine(model_path, [CUDA, CPU])
     assert engine.provider == CPU
+    assert list(engine.dropped) == [CUDA]  # with why: this machine's real driver, or its absence
+    assert engine.dropped[CUDA].startswith(("no NVIDIA driver", "no CUDA device"))
+    assert engine.describe()["dropped"] == engine.dropped
     np.testing.assert_array_equal(engine.run({"X": np.ones((1, FEATURES), np.float32)})["Y"], [[2, 2, 2]])
 
 
