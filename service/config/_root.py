@@ -12,6 +12,7 @@ from service.config._sections import (
     AssembleSettings,
     BatchSettings,
     DlqSettings,
+    GpuSettings,
     InputSettings,
     LogSettings,
     MetricsSettings,
@@ -40,6 +41,7 @@ class Settings(BaseSettings):
     dlq: DlqSettings = Field(default_factory=DlqSettings)
     batch: BatchSettings = Field(default_factory=BatchSettings)
     model: ModelSettings = Field(default_factory=ModelSettings)
+    gpu: GpuSettings = Field(default_factory=GpuSettings)
     assemble: AssembleSettings = Field(default_factory=AssembleSettings)
     log: LogSettings = Field(default_factory=LogSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)

@@ -1,4 +1,5 @@
-"""The settings sections other than Kafka's: input, output, dead letters, batching, model, logs, metrics."""
+"""The settings sections other than Kafka's: input, output, dead letters, batching, model, GPU, logs,
+metrics."""
 
 from __future__ import annotations
 
@@ -253,6 +254,29 @@ class LogSettings(Section):
     format: Literal["auto", "json", "console"] = "auto"
     """``auto`` is console on a terminal, JSON otherwise."""
     stats_interval_s: float = Field(10.0, gt=0)
+
+
+class GpuSettings(Section):
+    """How ONNX Runtime uses an NVIDIA GPU, when the CUDA or TensorRT provider serves (ignored on CPU).
+
+    TensorRT is opt-in: put ``TensorrtExecutionProvider`` (``tensorrt``) first in
+    ``MICROBATCH_MODEL__PROVIDERS``; its optimisation profile is derived from the batch sizes and sequence
+    lengths the service will run (``engine.providers.trt_profile``)."""
+
+    device_id: int = Field(0, ge=0, le=255)
+    """Which GPU of the machine (CUDA's numbering, after ``CUDA_VISIBLE_DEVICES``)."""
+    mem_limit_mb: int = Field(0, ge=0)
+    """The most device memory ONNX Runtime's arena may take; 0: no limit of ours."""
+    arena_extend_strategy: Literal["kSameAsRequested", "kNextPowerOfTwo"] = "kSameAsRequested"
+    """How the arena grows: by what a run asks for, or to the next power of two (ONNX Runtime's default,
+    which can reserve up to twice what is used)."""
+    cudnn_conv_algo_search: Literal["HEURISTIC", "EXHAUSTIVE", "DEFAULT"] = "HEURISTIC"
+    """How cuDNN picks convolution kernels: by heuristics, or by timing every candidate on each new shape
+    (ONNX Runtime's default; slow first batches of every shape)."""
+    trt_fp16: bool = False
+    """TensorRT: allow half-precision kernels (faster; results may move in the last digits)."""
+    trt_cache_dir: Path | None = None
+    """TensorRT: keep built engines here, so a restart does not rebuild them (minutes); unset: no cache."""
 
 
 class MetricsSettings(Section):

@@ -10,6 +10,7 @@ import msgspec
 
 from service.config import AssembleSettings, ModelSettings, Settings
 from service.engine.artifacts import read_classifier, read_config
+from service.engine.providers import Shapes
 from service.engine.session import Engine
 from service.errors import ConfigError
 from service.flow.decode import takes_format
@@ -19,6 +20,11 @@ from service.models.reference import choose_model
 from service.processors import ModelInfo, Processor, load_processor, prepare
 
 # The ModelSettings fields a processor may read (ModelInfo.settings); they win over the model's metadata.
+DEFAULT_MAX_LENGTH = 512
+"""The longest sequence TensorRT's profile covers when ``MICROBATCH_MODEL__MAX_LENGTH`` is unset."""
+DRAIN_LIMIT = 512
+"""The largest batch TensorRT's profile covers when ``MICROBATCH_BATCH__DRAIN_MAX_SIZE`` is unset: the
+largest the warm-up tries (``engine.drain.LIMIT``, which imports this module; a test holds them equal)."""
 _PROCESSOR_FIELDS = (
     "name",
     "path",
@@ -54,12 +60,31 @@ class Model:
     rows: RowPlan | None = None
 
 
+def served_shapes(settings: Settings) -> Shapes:
+    """The batch sizes and sequence lengths the service will run: batches from 1 through ``MAX_SIZE``
+    (usual) to the drain ceiling (``DRAIN_MAX_SIZE``, else the largest the warm-up tries), sequences from
+    1 to ``MAX_LENGTH`` (else 512), a quarter of it usual."""
+    batch = settings.batch
+    longest = settings.model.max_length or DEFAULT_MAX_LENGTH
+    return Shapes(
+        batch=(1, batch.max_size, max(batch.max_size, batch.drain_max_size or DRAIN_LIMIT)),
+        sequence=(1, max(1, longest // 4), longest),
+    )
+
+
 def load_model(settings: Settings) -> Model:
     """Load the configured model and its processor, for the configured input format. Raises ConfigError
     naming the setting at fault."""
     conf = settings.model
     choice = choose_model(conf)
-    engine = Engine(choice.path, conf.providers, conf.intra_op_threads, conf.allow_spinning)
+    engine = Engine(
+        choice.path,
+        conf.providers,
+        conf.intra_op_threads,
+        conf.allow_spinning,
+        settings.gpu,
+        served_shapes(settings),
+    )
     assembling = settings.assemble.enabled
     if assembling is None:
         assembling = engine.metadata.get("microbatch.assemble") is not None

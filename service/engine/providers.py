@@ -6,12 +6,16 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import io
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
-from service.config import ModelSettings
+from service.config import GpuSettings, ModelSettings
 from service.errors import ConfigError
+from service.processors.base import Port
 
-GPU_PROVIDERS = frozenset({"CUDAExecutionProvider", "TensorrtExecutionProvider"})
+CUDA = "CUDAExecutionProvider"
+TENSORRT = "TensorrtExecutionProvider"
+GPU_PROVIDERS = frozenset({CUDA, TENSORRT})
 _SETTING = ModelSettings.env("providers")
 CUDNN_MAJOR = 9
 """The cuDNN that onnxruntime-gpu's CUDA provider links against (its install page: CUDA 12 or 13, cuDNN 9)."""
@@ -127,3 +131,62 @@ def choose_providers(
             "add CPUExecutionProvider to fall back",
         )
     return usable, dropped
+
+
+# -- how each provider is set up -------------------------------------------------------------------------
+
+ProviderEntry = str | tuple[str, dict[str, str]]
+
+
+@dataclass(frozen=True, slots=True)
+class Shapes:
+    """The batch sizes and sequence lengths the service will run, each as (smallest, usual, largest):
+    what TensorRT builds its engine for."""
+
+    batch: tuple[int, int, int]
+    sequence: tuple[int, int, int]
+
+
+def trt_profile(ports: Sequence[Port], shapes: Shapes) -> dict[str, str]:
+    """TensorRT's optimisation profile for the model's inputs ``ports``: ``trt_profile_min_shapes``,
+    ``trt_profile_opt_shapes`` and ``trt_profile_max_shapes`` (``"input_ids:1x1,attention_mask:1x1"``).
+    A fixed size stays; the first axis, when not fixed, is the batch; any other axis not fixed is a
+    sequence. A shape outside the profile would make TensorRT rebuild its engine mid-stream."""
+    profile = {}
+    for which, i in (("min", 0), ("opt", 1), ("max", 2)):
+        inputs = []
+        for port in ports:
+            dims = [
+                d if isinstance(d, int) and d > 0 else (shapes.batch if axis == 0 else shapes.sequence)[i]
+                for axis, d in enumerate(port.shape)
+            ]
+            inputs.append(f"{port.name}:{'x'.join(str(d) for d in dims)}")
+        profile[f"trt_profile_{which}_shapes"] = ",".join(inputs)
+    return profile
+
+
+def provider_options(
+    usable: Sequence[str], gpu: GpuSettings, trt: Mapping[str, str] | None = None
+) -> list[ProviderEntry]:
+    """``usable`` as ``InferenceSession(providers=...)`` takes them: CUDA and TensorRT with their options
+    from ``gpu`` (and TensorRT with the profile ``trt``, see :func:`trt_profile`), others by name."""
+    entries: list[ProviderEntry] = []
+    for provider in usable:
+        if provider == CUDA:
+            options = {
+                "device_id": str(gpu.device_id),
+                "arena_extend_strategy": gpu.arena_extend_strategy,
+                "cudnn_conv_algo_search": gpu.cudnn_conv_algo_search,
+            }
+            if gpu.mem_limit_mb:
+                options["gpu_mem_limit"] = str(gpu.mem_limit_mb * 2**20)
+            entries.append((provider, options))
+        elif provider == TENSORRT:
+            options = {"device_id": str(gpu.device_id), "trt_fp16_enable": str(gpu.trt_fp16)}
+            if gpu.trt_cache_dir is not None:
+                cache = str(gpu.trt_cache_dir)
+                options |= {"trt_engine_cache_enable": "True", "trt_engine_cache_path": cache}
+            entries.append((provider, options | dict(trt or {})))
+        else:
+            entries.append(provider)
+    return entries

@@ -13,9 +13,20 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from service.engine import Engine, choose_providers, cuda_device_count
-from service.engine.providers import built_with_cuda, cuda_libraries, cuda_problem
+from service.config import GpuSettings, Settings
+from service.engine import Engine, choose_providers, cuda_device_count, drain
+from service.engine.model import DRAIN_LIMIT, served_shapes
+from service.engine.providers import (
+    Shapes,
+    built_with_cuda,
+    cuda_libraries,
+    cuda_problem,
+    provider_options,
+    trt_profile,
+)
+from service.engine.session import _declared_inputs
 from service.errors import ConfigError
+from service.processors.base import Port
 
 CUDA, CPU, TRT, ROCM = (
     "CUDAExecutionProvider",
@@ -157,6 +168,66 @@ def test_the_reason_reaches_the_error_when_nothing_else_can_serve():
     with pytest.raises(ConfigError) as err:
         choose_providers([CUDA], KNOWN, GPU_BUILD, "a CUDA library is missing: libcudnn.so.9")
     assert "libcudnn.so.9" in str(err.value)
+
+
+# -- provider options: CUDA and TensorRT as settings -----------------------------------------------------
+
+
+def test_cuda_gets_safe_defaults_and_a_memory_limit_only_when_set():
+    (cuda, cpu) = provider_options([CUDA, CPU], GpuSettings())
+    assert cpu == CPU
+    assert cuda == (
+        CUDA,
+        {
+            "device_id": "0",
+            "arena_extend_strategy": "kSameAsRequested",
+            "cudnn_conv_algo_search": "HEURISTIC",
+        },
+    )
+    (cuda, _) = provider_options([CUDA, CPU], GpuSettings(device_id=1, mem_limit_mb=2048))
+    assert cuda[1]["device_id"] == "1" and cuda[1]["gpu_mem_limit"] == str(2048 * 2**20)
+
+
+def test_tensorrt_is_set_up_with_fp16_its_cache_and_the_profile(tmp_path):
+    profile = {"trt_profile_min_shapes": "X:1x3"}
+    gpu = GpuSettings(trt_fp16=True, trt_cache_dir=tmp_path)
+    (trt, cuda, cpu) = provider_options([TRT, CUDA, CPU], gpu, profile)
+    assert trt == (
+        TRT,
+        {
+            "device_id": "0",
+            "trt_fp16_enable": "True",
+            "trt_engine_cache_enable": "True",
+            "trt_engine_cache_path": str(tmp_path),
+            "trt_profile_min_shapes": "X:1x3",
+        },
+    )
+    assert cuda[0] == CUDA and cpu == CPU
+    assert provider_options([TRT], GpuSettings())[0] == (TRT, {"device_id": "0", "trt_fp16_enable": "False"})
+
+
+def test_the_tensorrt_profile_spans_the_batch_sizes_and_sequence_lengths_served():
+    shapes = Shapes(batch=(1, 16, 512), sequence=(1, 32, 128))
+    features = [Port("input", "tensor(float)", ("batch", 11))]
+    assert trt_profile(features, shapes) == {
+        "trt_profile_min_shapes": "input:1x11",
+        "trt_profile_opt_shapes": "input:16x11",
+        "trt_profile_max_shapes": "input:512x11",
+    }
+    text = [Port("input_ids", "tensor(int64)", ("batch", "sequence")), Port("mask", "", (None, None))]
+    assert trt_profile(text, shapes)["trt_profile_max_shapes"] == "input_ids:512x128,mask:512x128"
+
+
+def test_served_shapes_follow_the_batch_and_length_settings():
+    settings = Settings(batch={"max_size": 32, "drain_max_size": 256}, model={"max_length": 64})
+    assert served_shapes(settings) == Shapes(batch=(1, 32, 256), sequence=(1, 16, 64))
+    assert served_shapes(Settings()).batch == (1, 16, DRAIN_LIMIT)
+    assert DRAIN_LIMIT == drain.LIMIT
+
+
+def test_a_model_files_declared_inputs_are_read_without_a_session(model_path):
+    (port,) = _declared_inputs(model_path)
+    assert port.name == "X" and port.shape[1] == FEATURES
 
 
 # -- Engine ---------------------------------------------------------------------------------------------
