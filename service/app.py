@@ -92,6 +92,7 @@ def build_pipeline(
         max_cost=batch.max_tokens,
         window=batch.bucket_window,
     )
+    sizing = Sizing(controller, clock)
     inference = Inference(
         engine,
         processor,
@@ -99,6 +100,7 @@ def build_pipeline(
         batch.pipeline_depth,
         clock,
         on_split=telemetry.split,
+        on_out_of_memory=sizing.out_of_memory,
     )
     outputs = Outputs(sink, settings.output.topic, settings.dlq.topic, model, telemetry, clock, wall_ms)
     checkpoint = Checkpoint(
@@ -134,7 +136,7 @@ def build_pipeline(
         outputs=outputs,
         checkpoint=checkpoint,
         backpressure=BackPressure(source, settings.input.max_in_flight),
-        sizing=Sizing(controller, clock),
+        sizing=sizing,
         backlog=Backlog(source, clock),
         telemetry=telemetry,
     )

@@ -9,6 +9,7 @@ bad item.
 
 from __future__ import annotations
 
+import re
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, wait
@@ -27,6 +28,18 @@ _log = structlog.get_logger("microbatch.inference")
 
 Answer = tuple[Decoded, ResultOrError]
 Padding = tuple[int, int] | None
+
+# How ONNX Runtime and the libraries under it say a device ran out of memory: the CUDA arena
+# ("BFCArena ... Failed to allocate memory for requested buffer of size N"), the CUDA runtime ("CUDA
+# failure 2: out of memory", cudaErrorMemoryAllocation), cuBLAS and cuDNN (*_STATUS_ALLOC_FAILED), TensorRT.
+_OUT_OF_MEMORY = re.compile(
+    r"out of memory|failed to allocate memory|cudaErrorMemoryAllocation|STATUS_ALLOC_FAILED", re.IGNORECASE
+)
+
+
+def out_of_memory(exc: BaseException) -> bool:
+    """Whether a failed run ran out of (device) memory, read from the error's text."""
+    return _OUT_OF_MEMORY.search(str(exc)) is not None
 
 
 @dataclass(slots=True)
@@ -56,7 +69,10 @@ class Inference:
         depth: int,
         clock: Callable[[], float],
         on_split: Callable[[], None] = lambda: None,
+        on_out_of_memory: Callable[[int], None] = lambda _size: None,
     ) -> None:
+        """``on_split()``: a failed batch was split; ``on_out_of_memory(size)``: because a batch of
+        ``size`` items ran out of memory (the batch size should drop for a while)."""
         self._engine = engine
         self._processor = processor
         self._executor = executor
@@ -65,6 +81,7 @@ class Inference:
         self._depth = max(1, depth)
         self._clock = clock
         self._on_split = on_split
+        self._on_out_of_memory = on_out_of_memory
         self._inflight: deque[InFlight] = deque()
 
     def __len__(self) -> int:
@@ -137,14 +154,23 @@ class Inference:
     def _split(self, batch: Sequence[Decoded], exc: Exception) -> Iterator[Answer]:
         """A batch failed with ``exc``: split it in halves and retry, so a failure (a bad item, or running
         out of GPU memory on a big batch) costs only the items that fail when run alone; those get
-        ``inference_error``. Raises EngineFailedError when the model fails on the processor's known-good
-        sample as well: then the runtime is broken, not the item."""
+        ``inference_error``. Running out of memory is reported (``on_out_of_memory``), so the batches
+        that follow are cut smaller. Raises EngineFailedError when the model fails on the processor's
+        known-good sample as well: then the runtime is broken, not the item."""
         if len(batch) == 1:
             self._check_engine(exc)
             yield batch[0], InvalidMessage(Reason.INFERENCE_ERROR, f"{type(exc).__name__}: {exc}"[:500])
             return
-        _log.warning("batch_failed_splitting", size=len(batch), error=f"{type(exc).__name__}: {exc}"[:300])
+        oom = out_of_memory(exc)
+        _log.warning(
+            "batch_failed_splitting",
+            size=len(batch),
+            out_of_memory=oom,
+            error=f"{type(exc).__name__}: {exc}"[:300],
+        )
         self._on_split()
+        if oom:
+            self._on_out_of_memory(len(batch))
         half = len(batch) // 2
         yield from self._infer(batch[:half])
         yield from self._infer(batch[half:])

@@ -195,17 +195,48 @@ class BusyShare:
         return self.share
 
 
+OUT_OF_MEMORY_HOLD_S = 60.0
+"""How long a batch that ran out of memory holds the batch size at half its size."""
+
+
 class Sizing:
     """The target batch size after every batch: ``controller`` fed with the batch's service time, the
-    backlog, how busy the loop is and how fast it serves (:class:`BusyShare`, measured here on ``clock``)."""
+    backlog, how busy the loop is and how fast it serves (:class:`BusyShare`, measured here on ``clock``);
+    held under a cap for a while after a batch ran out of memory (:meth:`out_of_memory`)."""
 
     def __init__(self, controller: BatchSizeController | FixedBatchSize, clock: Callable[[], float]) -> None:
         self._controller = controller
         self._busy = BusyShare()
         self._clock = clock
+        self._cap: int | None = None
+        self._cap_until = float("-inf")
 
     def observe(self, size: int, service_s: float, backlog: int) -> int:
         """Fold in a batch of ``size`` items that took ``service_s`` seconds with ``backlog`` messages
         waiting; return the new target."""
         busy = self._busy.observe(service_s, self._clock(), size)
-        return self._controller.observe(size, service_s, backlog, busy, self._busy.rate).target
+        target = self._controller.observe(size, service_s, backlog, busy, self._busy.rate).target
+        if self._cap is None:
+            return target
+        if self._clock() >= self._cap_until:
+            self._cap = None
+            return target
+        if target > self._cap and isinstance(self._controller, BatchSizeController):
+            # The controller goes on from the cap, so it grows back step by step once the hold ends
+            # instead of jumping back to the size that did not fit.
+            self._controller.target = self._cap
+        return min(target, self._cap)
+
+    def out_of_memory(self, size: int) -> None:
+        """A batch of ``size`` items ran out of memory (it was split, nothing lost): no batch above half
+        of it for ``OUT_OF_MEMORY_HOLD_S``, whatever the load or the drain regime ask; a smaller one that
+        fails too lowers the cap further. The memory may come back (another process freed it), so the cap
+        is lifted after the hold, and the controller grows from it again by its own rules."""
+        cap = max(1, size // 2)
+        self._cap = cap if self._cap is None else min(self._cap, cap)
+        self._cap_until = self._clock() + OUT_OF_MEMORY_HOLD_S
+
+    @property
+    def cap(self) -> int | None:
+        """The batch size held since a batch ran out of memory; None when no hold is on."""
+        return self._cap if self._clock() < self._cap_until else None

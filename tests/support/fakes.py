@@ -234,23 +234,51 @@ class FakeSink:
         return [o for o in self.sent if o.topic == topic]
 
 
+def _cuda_out_of_memory(rows: int) -> Exception:
+    return RuntimeError(f"CUDA out of memory for a batch of {rows}")
+
+
+def onnxruntime_oom(rows: int) -> Exception:
+    """The error ONNX Runtime's CUDA arena raises when a run does not fit in device memory: its own
+    exception type, with the text it writes (onnxruntime/core/framework/bfc_arena.cc)."""
+    from onnxruntime.capi.onnxruntime_pybind11_state import RuntimeException
+
+    return RuntimeException(
+        "[ONNXRuntimeError] : 6 : RUNTIME_EXCEPTION : Non-zero status code returned while running Gemm node. "
+        "Name:'/net/net.0/Gemm' Status Message: /onnxruntime_src/onnxruntime/core/framework/bfc_arena.cc:376 "
+        "void* onnxruntime::BFCArena::AllocateRawInternal(size_t, bool, onnxruntime::Stream*, bool, "
+        "onnxruntime::WaitNotificationFn) Failed to allocate memory for requested buffer of size "
+        f"{rows * 2**28}"
+    )
+
+
 class FakeEngine:
     """score = 2a + b per row. Raises for any batch holding a row whose ``a`` is in ``poison`` (a bad item),
     or for any batch larger than ``max_batch`` (like running out of GPU memory)."""
 
     def __init__(
-        self, *, poison: set[float] | None = None, max_batch: int | None = None, extra_rows: int = 0
+        self,
+        *,
+        poison: set[float] | None = None,
+        max_batch: int | None = None,
+        extra_rows: int = 0,
+        out_of_memory: Callable[[int], Exception] | None = None,
     ) -> None:
+        """``out_of_memory(rows)``: the error a batch over ``max_batch`` raises (a RuntimeError naming
+        CUDA by default; ``onnxruntime_oom`` for ONNX Runtime's own)."""
         self.poison = poison or set()
         self.max_batch = max_batch
         self.extra_rows = extra_rows
+        self.out_of_memory = out_of_memory or (
+            lambda rows: RuntimeError(f"CUDA out of memory for a batch of {rows}")
+        )
         self.calls: list[np.ndarray] = []
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         (x,) = feeds.values()
         self.calls.append(x.copy())
         if self.max_batch is not None and len(x) > self.max_batch:
-            raise RuntimeError(f"CUDA out of memory for a batch of {len(x)}")
+            raise self.out_of_memory(len(x))
         if any(a in self.poison for a in x[:, 0].tolist()):
             raise RuntimeError("cannot score this row")
         score = 2 * x[:, 0] + x[:, 1]

@@ -19,6 +19,7 @@ from service.app import build_pipeline
 from service.config import Settings
 from service.errors import EngineFailedError, Reason
 from service.flow.encode import ModelRef
+from service.flow.inference import out_of_memory
 from service.flow.inflight import Inline, OffloadPolicy
 from service.flow.pipeline import Pipeline
 from service.flow.records import InputRecord, OutRecord, TopicPartition
@@ -26,7 +27,19 @@ from service.observability import Health, Metrics, Telemetry
 from service.processors.base import ModelInfo
 from service.processors.features import FeaturesProcessor
 from service.tools.poison import POISON_KINDS, make_poison
-from tests.support.fakes import Assign, At, Coords, Do, FakeEngine, FakeSink, FakeSource, Lost, Revoke, coords
+from tests.support.fakes import (
+    Assign,
+    At,
+    Coords,
+    Do,
+    FakeEngine,
+    FakeSink,
+    FakeSource,
+    Lost,
+    Revoke,
+    coords,
+    onnxruntime_oom,
+)
 
 IN, OUT, DLQ = "in", "out", "dlq"
 P0: TopicPartition = (IN, 0)
@@ -349,6 +362,28 @@ def test_out_of_memory_on_big_batches_splits_until_every_item_gets_a_result(rig,
     # Every successful run stayed within what the "GPU" could hold.
     succeeded = [x for x in r.engine.calls if len(x) <= max_batch]
     assert sum(len(x) for x in succeeded) == 8
+
+
+def test_onnx_runtimes_out_of_memory_splits_the_batch_and_holds_later_batches_at_half(rig):
+    """ONNX Runtime's own out-of-memory error, injected at the engine: the batch of 16 is split down to
+    what fits (16 -> 8 -> 4), nothing is lost, and the batches after it are cut at the size that fit
+    instead of failing again (the hold lasts a minute: see test_sizing)."""
+    records = [rec(o) for o in range(40)]
+    engine = FakeEngine(max_batch=4, out_of_memory=onnxruntime_oom)
+    r = rig([records], engine=engine, max_size=16).run()
+    assert r.dead_letters() == {}
+    assert set(r.results()) == {coords(x) for x in records}
+    sizes = engine.batch_sizes()
+    assert sizes[:3] == [16, 8, 4]  # the first batch, its first half, and its first quarter that fits
+    assert [s for s in sizes if s > 4] == [16, 8, 8]  # only the first batch and its halves failed
+    assert metric(r, "microbatch_batch_splits_total") == 3
+
+
+def test_out_of_memory_is_told_from_other_failures_by_the_runtimes_text():
+    assert out_of_memory(onnxruntime_oom(4))
+    assert out_of_memory(RuntimeError("CUDA failure 2: out of memory ; GPU=0 ; hostname=x"))
+    assert out_of_memory(RuntimeError("CUBLAS failure 3: CUBLAS_STATUS_ALLOC_FAILED"))
+    assert not out_of_memory(RuntimeError("cannot score this row"))
 
 
 def test_a_model_that_fails_even_on_its_sample_stops_the_service_without_committing(rig):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from service.flow.sizing import BatchSizeController, BusyShare, FixedBatchSize, Sizing
+from service.flow.sizing import OUT_OF_MEMORY_HOLD_S, BatchSizeController, BusyShare, FixedBatchSize, Sizing
 
 SLO, WAIT = 0.25, 0.05  # budget per batch = (0.25 - 0.05) / 2 = 0.1 s
 FAST, SLOW = 0.01, 0.2
@@ -295,3 +295,36 @@ def test_sizing_enters_and_leaves_the_drain_on_a_fake_clock():
     assert max(targets) == 128
     assert targets[:5] == [5, 16, 32, 64, 128]  # one step before a rate is known, then doubling
     assert targets[-1] <= 16
+
+
+def test_running_out_of_memory_holds_the_target_at_half_for_a_while_then_it_grows_back():
+    """A drain at 128 runs out of memory: the next batches are at most 64 whatever the backlog asks, a
+    smaller failure lowers the hold further, and once the hold ends the target grows from it again by
+    the controller's own rules (doubling in the drain) rather than jumping back."""
+    clock = FakeClock()
+    sizing = Sizing(draining(drain_max=128, start=4), clock)
+    target = 4
+    for _ in range(6):  # into the drain, up to its ceiling
+        clock.now += 0.001
+        target = sizing.observe(target, 0.001, 50_000)
+    assert target == 128
+    sizing.out_of_memory(128)
+    assert sizing.cap == 64
+    clock.now += 0.001
+    assert sizing.observe(128, 0.001, 50_000) == 64
+    sizing.out_of_memory(64)  # still too big
+    for _ in range(10):
+        clock.now += 1.0
+        assert sizing.observe(32, 0.001, 50_000) == 32
+    clock.now += OUT_OF_MEMORY_HOLD_S
+    assert sizing.cap is None
+    assert sizing.observe(32, 0.001, 50_000) == 64  # doubling from the hold, not back to 128 at once
+
+
+def test_a_pinned_size_is_held_too_and_comes_back_after_the_hold():
+    clock = FakeClock()
+    sizing = Sizing(FixedBatchSize(64), clock)
+    sizing.out_of_memory(64)
+    assert sizing.observe(64, 0.001, 0) == 32
+    clock.now += OUT_OF_MEMORY_HOLD_S
+    assert sizing.observe(32, 0.001, 0) == 64
