@@ -20,6 +20,7 @@ from service.assemble import Assembler, rules_for
 from service.config import AssembleSettings, KafkaSettings, Settings, check_run_settings, redact
 from service.engine import Model, RowPlan, blamed_setting, load_model, model_setting, warm_up
 from service.engine.drain import drain_ceiling
+from service.engine.memory import DeviceMemory
 from service.engine.samples import check_at_start
 from service.errors import EXIT_OK, ConfigError, NotAuthorizedError, UnknownTopicError
 from service.flow.assembly import Assembly
@@ -248,6 +249,9 @@ def serve_model(settings: Settings, metrics: Metrics, sizes: set[int] | None = N
     configured batch sizes)."""
     model = load_model(settings)
     metrics.model_loaded(model.ref.name, model.ref.version, model.ref.provider)
+    device = DeviceMemory.open(model.ref.provider, settings.gpu.device_id)
+    if device is not None:
+        metrics.gpu.attach(device)
     warm = sizes or {1, settings.batch.min_size, settings.batch.max_size}
     warm_up(model, warm, blamed_setting(settings.model), model_setting(settings.model))
     return model

@@ -22,6 +22,7 @@ os.environ.setdefault("ONEDNN_MAX_CPU_ISA", "AVX2")
 
 import pytest
 
+from service.engine.providers import cuda_problem
 from service.tools.topics import TopicAdmin
 from tests.support.broker import (
     KAFKA_DOWN_TIMEOUT_S,
@@ -37,12 +38,19 @@ TIER_MARKERS = {"integration": pytest.mark.integration, "chaos": pytest.mark.cha
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark every test under tests/integration with ``integration``, under tests/chaos with ``chaos``."""
+    """Mark every test under tests/integration with ``integration``, under tests/chaos with ``chaos``;
+    skip those marked ``cuda`` where CUDA cannot serve, with the engine's own reason (no GPU here, or
+    which library is missing)."""
+    cuda_marked = [item for item in items if item.get_closest_marker("cuda")]
+    why_not = cuda_problem() if cuda_marked else None
     for item in items:
         path = Path(str(item.path)).resolve()
         for tier, marker in TIER_MARKERS.items():
             if path.is_relative_to(TESTS_DIR / tier):
                 item.add_marker(marker)
+    for item in cuda_marked:
+        if why_not is not None:
+            item.add_marker(pytest.mark.skip(reason=f"no GPU to run on: {why_not}"))
 
 
 @pytest.fixture(scope="session")

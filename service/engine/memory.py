@@ -66,9 +66,10 @@ class DeviceMemory:
         self.driver: str = nvml.nvmlSystemGetDriverVersion()
 
     @classmethod
-    def open(cls, provider: str) -> DeviceMemory | None:
-        """None unless ``provider`` is CUDA and NVML answers. A missing package or driver is only a
-        warning: the sweep still runs, without the memory cap."""
+    def open(cls, provider: str, device_id: int = 0) -> DeviceMemory | None:
+        """The device the CUDA provider's ``device_id`` is (``MICROBATCH_GPU__DEVICE_ID``); None unless
+        ``provider`` is CUDA and NVML answers. A missing package or driver is only a warning: the sweep
+        still runs, without the memory cap, and the service without the device's gauges."""
         if provider != "CUDAExecutionProvider":
             return None
         log = structlog.get_logger("microbatch.sweep")
@@ -79,7 +80,7 @@ class DeviceMemory:
             return None
         try:
             pynvml.nvmlInit()
-            device = nvml_device(os.environ.get("CUDA_VISIBLE_DEVICES"))
+            device = nvml_device(os.environ.get("CUDA_VISIBLE_DEVICES"), device_id)
             by_uuid = isinstance(device, str)
             get = pynvml.nvmlDeviceGetHandleByUUID if by_uuid else pynvml.nvmlDeviceGetHandleByIndex
             return cls(pynvml, get(device))
@@ -90,6 +91,10 @@ class DeviceMemory:
     def used(self) -> int:
         return int(self._nvml.nvmlDeviceGetMemoryInfo(self._handle).used)
 
+    def utilization(self) -> float:
+        """The share of the last sample period (1/6 s to 1 s, by device) in which a kernel ran, 0 to 1."""
+        return float(self._nvml.nvmlDeviceGetUtilizationRates(self._handle).gpu) / 100
+
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "memory_total_bytes": self.total, "driver": self.driver}
 
@@ -97,15 +102,19 @@ class DeviceMemory:
         self._nvml.nvmlShutdown()
 
 
-def nvml_device(visible: str | None) -> int | str:
-    """The NVML index or UUID of the device the CUDA provider uses (its device 0: the first visible one).
+def nvml_device(visible: str | None, device_id: int = 0) -> int | str:
+    """The NVML index or UUID of the CUDA provider's device ``device_id``: the ``device_id``-th visible
+    one.
 
-    NVML ignores CUDA_VISIBLE_DEVICES, so its first entry is mapped here. An index there counts in CUDA's
+    NVML ignores CUDA_VISIBLE_DEVICES, so its entries are mapped here. An index there counts in CUDA's
     order, which matches NVML's (PCI bus order) on the usual single-model machines.
     """
-    first = (visible or "").split(",")[0].strip()
-    if first.isdigit():
-        return int(first)
-    if first.startswith(("GPU-", "MIG-")):
-        return first
-    return 0
+    entries = [entry.strip() for entry in (visible or "").split(",") if entry.strip()]
+    if device_id >= len(entries):
+        return device_id
+    chosen = entries[device_id]
+    if chosen.isdigit():
+        return int(chosen)
+    if chosen.startswith(("GPU-", "MIG-")):
+        return chosen
+    return device_id

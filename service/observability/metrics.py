@@ -9,8 +9,10 @@ loop calls about once a second. Names follow the Prometheus conventions: ``micro
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Protocol
 
 import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
@@ -94,6 +96,55 @@ class BulkHistogram(Collector):
         family = HistogramMetricFamily(self._name, self._doc)
         family.add_metric([], list(zip(bounds, cumulative.tolist(), strict=True)), total)
         yield family
+
+
+class Device(Protocol):
+    """What the device gauges read (``engine.memory.DeviceMemory``)."""
+
+    total: int
+
+    def used(self) -> int: ...
+
+    def utilization(self) -> float: ...
+
+
+class DeviceGauges(Collector):
+    """The GPU the model runs on, read at each scrape through NVML: memory used (the whole device's,
+    other processes included) and total, and utilisation. The families are always there (HELP and TYPE);
+    their samples only once a device is attached, so a CPU replica shows "no data", not 0."""
+
+    def __init__(self, prefix: str) -> None:
+        self._prefix = prefix
+        self._device: Device | None = None
+
+    def attach(self, device: Device) -> None:
+        self._device = device
+
+    def collect(self) -> Iterator[Metric]:
+        device = self._device
+        readers: tuple[tuple[str, str, Callable[[Device], float]], ...] = (
+            ("memory_used_bytes", "GPU memory in use on the model's device, all processes.", _used),
+            ("memory_total_bytes", "GPU memory of the model's device.", _total),
+            ("utilization_ratio", "Share of time a kernel ran on the model's device (NVML).", _busy),
+        )
+        for name, doc, read in readers:
+            family = GaugeMetricFamily(f"{self._prefix}_gpu_{name}", doc)
+            if device is not None:
+                with contextlib.suppress(Exception):  # a scrape must not fail because NVML did
+                    family.add_metric([], read(device))
+            yield family
+
+
+def _used(device: Device) -> float:
+    return float(device.used())
+
+
+def _total(device: Device) -> float:
+    return float(device.total)
+
+
+def _busy(device: Device) -> float:
+    return device.utilization()
 
 
 class Metrics:
@@ -212,6 +263,8 @@ class Metrics:
             ["name", "version", "provider"],
             registry=r,
         )
+        self.gpu = DeviceGauges(p)
+        r.register(self.gpu)
         self.ready = Gauge(f"{p}_ready", "1 when /readyz answers 200.", registry=r)
         self.live = Gauge(f"{p}_live", "1 when /healthz answers 200.", registry=r)
         ProcessCollector(registry=r)  # process_*: CPU seconds, resident memory, open files (Linux)

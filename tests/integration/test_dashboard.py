@@ -260,8 +260,15 @@ def test_state_panels_show_every_partition_read_to_its_end_and_nothing_held(run)
     assert model == ({"name": "metrics-anomaly", "version": "1", "provider": "CPUExecutionProvider"}, 1)
 
 
-def test_padding_efficiency_has_no_data_for_a_model_that_does_not_pad(run):
+def test_padding_and_gpu_panels_have_no_data_where_they_do_not_apply(run):
+    """metrics-anomaly does not pad, and this replica runs on CPU: "no data", not 0."""
     assert run.panels["Padding efficiency", "{{service}} {{instance}}"].series == []
+    for title, legend in (
+        ("GPU memory", "used {{instance}}"),
+        ("GPU memory", "total {{instance}}"),
+        ("GPU utilisation", "{{service}} {{instance}}"),
+    ):
+        assert run.panels[title, legend].series == [], title
 
 
 def test_commit_panels_show_the_auto_commits_and_none_failed(run):

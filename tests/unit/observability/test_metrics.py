@@ -5,6 +5,7 @@ should (dead letters at 0) and not when they should not (padding of a model that
 from __future__ import annotations
 
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -121,3 +122,20 @@ def test_commits_count_successes_and_failures_and_time_only_the_synchronous_ones
     assert sample(m.registry, "microbatch_commit_failures_total") == 1
     assert sample(m.registry, "microbatch_commit_seconds_count") == 1
     assert before <= sample(m.registry, "microbatch_last_commit_timestamp_seconds") <= time.time()
+
+
+def test_the_gpu_gauges_have_no_sample_on_cpu_and_read_the_device_at_each_scrape():
+    m = Metrics()
+    names = (
+        "microbatch_gpu_memory_used_bytes",
+        "microbatch_gpu_memory_total_bytes",
+        "microbatch_gpu_utilization_ratio",
+    )
+    text = generate_latest(m.registry).decode()
+    assert all(f"# TYPE {name} gauge" in text for name in names)
+    assert [sample(m.registry, name) for name in names] == [None, None, None]
+    device = SimpleNamespace(total=80 * 2**30, used=lambda: 3 * 2**30, utilization=lambda: 0.25)
+    m.gpu.attach(device)
+    assert [sample(m.registry, name) for name in names] == [3 * 2**30, 80 * 2**30, 0.25]
+    device.used = lambda: 5 * 2**30  # read again at the next scrape
+    assert sample(m.registry, names[0]) == 5 * 2**30

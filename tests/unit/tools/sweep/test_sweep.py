@@ -236,6 +236,16 @@ def test_the_nvml_device_follows_cuda_visible_devices(visible, device):
     assert memory.nvml_device(visible) == device
 
 
+@pytest.mark.parametrize(
+    ("visible", "device_id", "device"),
+    [(None, 2, 2), ("3,1", 1, 1), ("GPU-a,GPU-b", 1, "GPU-b"), ("0", 1, 1)],
+)
+def test_the_nvml_device_is_the_device_id_th_visible_one(visible, device_id, device):
+    """MICROBATCH_GPU__DEVICE_ID counts among the visible devices, as CUDA does; past them, it is NVML's
+    own index."""
+    assert memory.nvml_device(visible, device_id) == device
+
+
 def fake_nvml(*, fail: bool = False) -> SimpleNamespace:
     class NVMLError(Exception):
         pass
@@ -255,6 +265,7 @@ def fake_nvml(*, fail: bool = False) -> SimpleNamespace:
         nvmlDeviceGetMemoryInfo=lambda handle: memory,
         nvmlDeviceGetName=lambda handle: "Test GPU",
         nvmlSystemGetDriverVersion=lambda: "999.1",
+        nvmlDeviceGetUtilizationRates=lambda handle: SimpleNamespace(gpu=37, memory=12),
         calls=calls,
     )
 
@@ -268,6 +279,7 @@ def test_device_memory_is_read_only_for_cuda(monkeypatch):
     assert device is not None
     assert device._handle == ("index", 1)
     assert (device.total, device.used()) == (100 * 2**30, 30 * 2**30)
+    assert device.utilization() == 0.37
     assert device.describe() == {"name": "Test GPU", "memory_total_bytes": 100 * 2**30, "driver": "999.1"}
     device.close()
     assert nvml.calls == ["shutdown"]
