@@ -19,6 +19,7 @@ from confluent_kafka import KafkaException
 from service.assemble import Assembler, rules_for
 from service.config import AssembleSettings, KafkaSettings, Settings, check_run_settings, redact
 from service.engine import Model, RowPlan, blamed_setting, load_model, model_setting, warm_up
+from service.engine.binding import row_bucket
 from service.engine.drain import drain_ceiling
 from service.engine.memory import DeviceMemory
 from service.engine.samples import check_at_start
@@ -253,6 +254,8 @@ def serve_model(settings: Settings, metrics: Metrics, sizes: set[int] | None = N
     if device is not None:
         metrics.gpu.attach(device)
     warm = sizes or {1, settings.batch.min_size, settings.batch.max_size}
+    if model.engine.bound is not None:  # every batch-size bucket up to MAX_SIZE gets its buffers now
+        warm |= {row_bucket(n) for n in range(1, max(warm) + 1)}
     warm_up(model, warm, blamed_setting(settings.model), model_setting(settings.model))
     return model
 

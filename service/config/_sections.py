@@ -273,6 +273,9 @@ class GpuSettings(Section):
     cudnn_conv_algo_search: Literal["HEURISTIC", "EXHAUSTIVE", "DEFAULT"] = "HEURISTIC"
     """How cuDNN picks convolution kernels: by heuristics, or by timing every candidate on each new shape
     (ONNX Runtime's default; slow first batches of every shape)."""
+    io_binding: bool = True
+    """Copy each batch to the device once, into buffers kept per shape bucket, and its outputs back once
+    (``engine/binding.py``); off: ONNX Runtime's plain ``run``, which copies and allocates every call."""
     trt_fp16: bool = False
     """TensorRT: allow half-precision kernels (faster; results may move in the last digits)."""
     trt_cache_dir: Path | None = None

@@ -35,10 +35,14 @@ def test_cuda_serves_with_the_settings_given_and_agrees_with_the_cpu():
     assert options["arena_extend_strategy"] == "kSameAsRequested"
     assert options["cudnn_conv_algo_search"] == "HEURISTIC"
     assert int(options["gpu_mem_limit"]) == 1024 * 2**20
-    feeds = _batch(engine, 64)
-    on_gpu, on_cpu = engine.run(feeds), Engine(MODEL, [CPU]).run(feeds)
-    for name, values in on_cpu.items():
-        np.testing.assert_allclose(on_gpu[name], values, rtol=1e-3, atol=1e-4)
+    assert engine.bound is not None  # I/O binding, by default on the GPU
+    for rows in (64, 37):  # a full bucket, and one padded up to 64
+        feeds = _batch(engine, rows)
+        on_gpu, on_cpu = engine.run(feeds), Engine(MODEL, [CPU]).run(feeds)
+        for name, values in on_cpu.items():
+            np.testing.assert_allclose(on_gpu[name], values, rtol=1e-3, atol=1e-4)
+    assert len(engine.bound) == 1
+    assert Engine(MODEL, [CUDA, CPU], gpu=GpuSettings(io_binding=False)).bound is None
 
 
 def test_a_batch_beyond_the_memory_limit_fails_with_an_error_told_as_out_of_memory():

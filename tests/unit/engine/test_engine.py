@@ -292,6 +292,7 @@ def test_default_providers_fall_back_to_cpu_without_a_gpu(model_path):
     assert list(engine.dropped) == [CUDA]  # with why: this machine's real driver, or its absence
     assert engine.dropped[CUDA].startswith(("no NVIDIA driver", "no CUDA device"))
     assert engine.describe()["dropped"] == engine.dropped
+    assert engine.bound is None  # I/O binding is for the GPU
     np.testing.assert_array_equal(engine.run({"X": np.ones((1, FEATURES), np.float32)})["Y"], [[2, 2, 2]])
 
 
