@@ -11,6 +11,7 @@ ARG DEBIAN_RELEASE=trixie
 # One ONNX Runtime version for both images, so that CPU and GPU replicas run the same operator kernels.
 # The CUDA and cuDNN majors of the GPU image follow from it (1.31: CUDA 13, cuDNN 9).
 ARG ORT_VERSION=1.31.1
+ARG NVML_VERSION=13.615.71
 ARG UV_VERSION=0.13.9
 
 FROM python:${PYTHON_VERSION}-slim-${DEBIAN_RELEASE} AS base
@@ -38,12 +39,16 @@ RUN uv venv /opt/venv
 
 FROM build AS build-gpu
 ARG ORT_VERSION
+ARG NVML_VERSION
 # The CUDA and cuDNN libraries come as NVIDIA's pip wheels, through onnxruntime-gpu's own `cuda` and `cudnn`
 # extras, rather than from an nvidia/cuda base image: the wheel's metadata names exactly the CUDA/cuDNN
 # majors it was built against, so a new ONNX Runtime can never meet a base image of the wrong CUDA, and
 # the image stays on the same slim Python base as the CPU one (the cudnn-runtime base images also carry
 # libraries ONNX Runtime never loads: cuSPARSE, cuSOLVER, NPP).
+# nvidia-ml-py: the device's memory and utilisation on the metrics port (microbatch_gpu_*), through the
+# driver's NVML that the NVIDIA container runtime mounts.
 RUN uv pip install --python /opt/venv/bin/python . "onnxruntime-gpu[cuda,cudnn]==${ORT_VERSION}" \
+        "nvidia-ml-py==${NVML_VERSION}" \
     && /opt/venv/bin/microbatch models verify
 
 FROM build AS build-cpu
