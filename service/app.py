@@ -252,7 +252,7 @@ def serve_model(settings: Settings, metrics: Metrics, sizes: set[int] | None = N
     metrics.model_loaded(model.ref.name, model.ref.version, model.ref.provider)
     device = DeviceMemory.open(model.ref.provider, settings.gpu.device_id)
     if device is not None:
-        metrics.gpu.attach(device)
+        metrics.attach_device(device)
     warm = sizes or {1, settings.batch.min_size, settings.batch.max_size}
     if model.engine.bound is not None:  # every batch-size bucket up to MAX_SIZE gets its buffers now
         warm |= {row_bucket(n) for n in range(1, max(warm) + 1)}

@@ -140,3 +140,16 @@ class InvalidMessage(MicrobatchError):
         super().__init__(f"{reason}: {detail}")
         self.reason = reason
         self.detail = detail
+
+
+# Lower-cased fragments of the errors ONNX Runtime raises when an allocation fails: the BFC arena's
+# "Failed to allocate memory", CUDA's "out of memory" / cudaErrorMemoryAllocation, cuBLAS's and cuDNN's
+# *_STATUS_ALLOC_FAILED, C++ std::bad_alloc.
+_OOM_MARKERS = ("failed to allocate", "out of memory", "bad_alloc", "memoryallocation", "alloc_failed")
+
+
+def is_out_of_memory(message: str) -> bool:
+    """Whether an error message from ONNX Runtime says an allocation failed (host or device): the sweep
+    stops there, the service splits the batch and holds the batch size down."""
+    text = message.lower()
+    return any(marker in text for marker in _OOM_MARKERS)

@@ -31,13 +31,11 @@ from typing import Any
 
 from service.config import BatchSettings
 from service.engine import knee
+from service.engine.knee import LIMIT
 from service.engine.memory import DeviceMemory, MemoryLimit, host_limit, peak_rss
 from service.engine.model import Model
 from service.flow.sizing import batch_budget_s
 from service.processors import prepare
-
-LIMIT = 512
-"""The largest size the knee is looked for at (the sweep's largest default size)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,8 +21,8 @@ Contract:
 - **Recommendation** (:func:`recommend`): the knee, capped by the caps that apply; None when a cap is 0 (no
   size qualifies).
 - **Stop rules**: stop after a point whose p99 exceeds the SLO (:func:`stop_reason`; that point is kept, it
-  was measured); stop before a size whose run fails with an out-of-memory error (:func:`is_out_of_memory`;
-  the sizes before it are kept).
+  was measured); stop before a size whose run fails with an out-of-memory error
+  (:func:`service.errors.is_out_of_memory`; the sizes before it are kept).
 """
 
 from __future__ import annotations
@@ -32,14 +32,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 
+LIMIT = 512
+"""The largest size the knee is looked for at (the sweep's largest default size), by the drain ceiling at
+warm-up (``engine/drain.py``), and the largest batch TensorRT's profile covers by default."""
 DEFAULT_GAIN = 0.10
 """A doubling must add at least this share of throughput to be worth its latency."""
 DEFAULT_MEMORY_FRACTION = 0.70
 """Recommended sizes keep device memory under this share, leaving room for fragmentation and neighbours."""
-
-# Lower-cased fragments of the errors ONNX Runtime raises when an allocation fails: the BFC arena's
-# "Failed to allocate memory", CUDA's "out of memory" / cudaErrorMemoryAllocation, C++ std::bad_alloc.
-_OOM_MARKERS = ("failed to allocate", "out of memory", "bad_alloc", "memoryallocation", "alloc_failed")
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,12 +136,6 @@ def stop_reason(point: Point, slo_ms: float | None) -> str | None:
     if slo_ms is not None and point.p99_ms > slo_ms:
         return f"p99 {point.p99_ms:.3g} ms exceeds the SLO of {slo_ms:g} ms at size {point.size}"
     return None
-
-
-def is_out_of_memory(message: str) -> bool:
-    """Whether an error message from ONNX Runtime says an allocation failed (host or device)."""
-    text = message.lower()
-    return any(marker in text for marker in _OOM_MARKERS)
 
 
 def _prefix_cap(points: Sequence[Point], ok: Callable[[Point], bool]) -> int:

@@ -10,6 +10,7 @@ import msgspec
 
 from service.config import AssembleSettings, ModelSettings, Settings
 from service.engine.artifacts import read_classifier, read_config
+from service.engine.knee import LIMIT
 from service.engine.providers import Shapes
 from service.engine.session import Engine
 from service.errors import ConfigError
@@ -19,12 +20,9 @@ from service.formats import METRICS_FORMATS, load_format
 from service.models.reference import choose_model
 from service.processors import ModelInfo, Processor, load_processor, prepare
 
-# The ModelSettings fields a processor may read (ModelInfo.settings); they win over the model's metadata.
 DEFAULT_MAX_LENGTH = 512
 """The longest sequence TensorRT's profile covers when ``MICROBATCH_MODEL__MAX_LENGTH`` is unset."""
-DRAIN_LIMIT = 512
-"""The largest batch TensorRT's profile covers when ``MICROBATCH_BATCH__DRAIN_MAX_SIZE`` is unset: the
-largest the warm-up tries (``engine.drain.LIMIT``, which imports this module; a test holds them equal)."""
+# The ModelSettings fields a processor may read (ModelInfo.settings); they win over the model's metadata.
 _PROCESSOR_FIELDS = (
     "name",
     "path",
@@ -67,7 +65,7 @@ def served_shapes(settings: Settings) -> Shapes:
     batch = settings.batch
     longest = settings.model.max_length or DEFAULT_MAX_LENGTH
     return Shapes(
-        batch=(1, batch.max_size, max(batch.max_size, batch.drain_max_size or DRAIN_LIMIT)),
+        batch=(1, batch.max_size, max(batch.max_size, batch.drain_max_size or LIMIT)),
         sequence=(1, max(1, longest // 4), longest),
     )
 

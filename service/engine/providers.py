@@ -43,20 +43,9 @@ def cuda_problem(load: Loader = ctypes.CDLL, preload: Callable[[], None] | None 
     loads NVIDIA's pip wheels' libraries, as the ``[cuda,cudnn]`` extras install them (default:
     ``onnxruntime.preload_dlls``, silenced). Asked in this order because each answer makes the next
     question moot: with no driver there is no device, with no device the libraries do not matter."""
-    try:
-        driver = load("libcuda.so.1")
-    except OSError:
-        return (
-            "no NVIDIA driver (libcuda.so.1 not found: the host's driver, which a container gets from the "
-            "NVIDIA Container Toolkit)"
-        )
-    count = ctypes.c_int(0)
-    status = driver.cuInit(0)  # type: ignore[attr-defined]
-    if status == 0:
-        status = driver.cuDeviceGetCount(ctypes.byref(count))  # type: ignore[attr-defined]
-    if status != 0 or count.value == 0:
-        detail = f"CUDA driver error {status}" if status else "the driver reports none"
-        return f"no CUDA device ({detail})"
+    devices, why = _devices(load)
+    if not devices:
+        return why
     (preload or _preload_wheels)()
     for library in cuda_libraries(built_with_cuda()):
         try:
@@ -92,14 +81,25 @@ def cuda_device_count() -> int:
     Asked of the driver directly because onnxruntime-gpu lists CUDAExecutionProvider as available even on
     machines without a GPU, and then prints ERROR lines when a session tries to use it.
     """
+    return _devices(ctypes.CDLL)[0]
+
+
+def _devices(load: Loader) -> tuple[int, str]:
+    """(the CUDA devices the driver reports, why there are none when 0), asking the driver itself."""
     try:
-        driver = ctypes.CDLL("libcuda.so.1")
+        driver = load("libcuda.so.1")
     except OSError:
-        return 0
+        return 0, (
+            "no NVIDIA driver (libcuda.so.1 not found: the host's driver, which a container gets from the "
+            "NVIDIA Container Toolkit)"
+        )
     count = ctypes.c_int(0)
-    if driver.cuInit(0) != 0 or driver.cuDeviceGetCount(ctypes.byref(count)) != 0:
-        return 0
-    return count.value
+    status = driver.cuInit(0)  # type: ignore[attr-defined]
+    if status == 0:
+        status = driver.cuDeviceGetCount(ctypes.byref(count))  # type: ignore[attr-defined]
+    if status != 0:
+        return 0, f"no CUDA device (CUDA driver error {status})"
+    return count.value, "no CUDA device (the driver reports none)"
 
 
 def choose_providers(

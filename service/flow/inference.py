@@ -9,7 +9,6 @@ bad item.
 
 from __future__ import annotations
 
-import re
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, wait
@@ -18,7 +17,7 @@ from typing import Any
 
 import structlog
 
-from service.errors import BatchMismatchError, EngineFailedError, InvalidMessage, Reason
+from service.errors import BatchMismatchError, EngineFailedError, InvalidMessage, Reason, is_out_of_memory
 from service.flow.inflight import InFlight, Inline, OffloadPolicy, timed_run
 from service.flow.ports import EngineLike, ExecutorLike
 from service.flow.records import Decoded
@@ -28,18 +27,6 @@ _log = structlog.get_logger("microbatch.inference")
 
 Answer = tuple[Decoded, ResultOrError]
 Padding = tuple[int, int] | None
-
-# How ONNX Runtime and the libraries under it say a device ran out of memory: the CUDA arena
-# ("BFCArena ... Failed to allocate memory for requested buffer of size N"), the CUDA runtime ("CUDA
-# failure 2: out of memory", cudaErrorMemoryAllocation), cuBLAS and cuDNN (*_STATUS_ALLOC_FAILED), TensorRT.
-_OUT_OF_MEMORY = re.compile(
-    r"out of memory|failed to allocate memory|cudaErrorMemoryAllocation|STATUS_ALLOC_FAILED", re.IGNORECASE
-)
-
-
-def out_of_memory(exc: BaseException) -> bool:
-    """Whether a failed run ran out of (device) memory, read from the error's text."""
-    return _OUT_OF_MEMORY.search(str(exc)) is not None
 
 
 @dataclass(slots=True)
@@ -161,7 +148,7 @@ class Inference:
             self._check_engine(exc)
             yield batch[0], InvalidMessage(Reason.INFERENCE_ERROR, f"{type(exc).__name__}: {exc}"[:500])
             return
-        oom = out_of_memory(exc)
+        oom = is_out_of_memory(str(exc))
         _log.warning(
             "batch_failed_splitting",
             size=len(batch),

@@ -208,32 +208,30 @@ class Sizing:
         self._controller = controller
         self._busy = BusyShare()
         self._clock = clock
-        self._cap: int | None = None
-        self._cap_until = float("-inf")
+        self._cap = 0
+        self._cap_until = float("-inf")  # no hold
 
     def observe(self, size: int, service_s: float, backlog: int) -> int:
         """Fold in a batch of ``size`` items that took ``service_s`` seconds with ``backlog`` messages
         waiting; return the new target."""
         busy = self._busy.observe(service_s, self._clock(), size)
         target = self._controller.observe(size, service_s, backlog, busy, self._busy.rate).target
-        if self._cap is None:
+        cap = self.cap
+        if cap is None or target <= cap:
             return target
-        if self._clock() >= self._cap_until:
-            self._cap = None
-            return target
-        if target > self._cap and isinstance(self._controller, BatchSizeController):
+        if isinstance(self._controller, BatchSizeController):
             # The controller goes on from the cap, so it grows back step by step once the hold ends
             # instead of jumping back to the size that did not fit.
-            self._controller.target = self._cap
-        return min(target, self._cap)
+            self._controller.target = cap
+        return cap
 
     def out_of_memory(self, size: int) -> None:
         """A batch of ``size`` items ran out of memory (it was split, nothing lost): no batch above half
         of it for ``OUT_OF_MEMORY_HOLD_S``, whatever the load or the drain regime ask; a smaller one that
         fails too lowers the cap further. The memory may come back (another process freed it), so the cap
         is lifted after the hold, and the controller grows from it again by its own rules."""
-        cap = max(1, size // 2)
-        self._cap = cap if self._cap is None else min(self._cap, cap)
+        half, held = max(1, size // 2), self.cap
+        self._cap = half if held is None else min(held, half)
         self._cap_until = self._clock() + OUT_OF_MEMORY_HOLD_S
 
     @property

@@ -46,21 +46,33 @@ def size_buckets(max_size: int) -> tuple[int, ...]:
 
 
 class OptionalGauge(Collector):
-    """A gauge with no sample until it is first set: "no data" rather than 0 where a value does not apply
-    (the padding efficiency of a model that does not pad). Safe to set from one thread while another
-    scrapes (one attribute, replaced whole)."""
+    """A gauge with no sample until it has a value: "no data" rather than 0 where a value does not apply
+    (the padding efficiency of a model that does not pad, the GPU of a CPU replica). The value is set, or
+    read at each scrape from a function (which may fail: no sample then, and the scrape goes on). Safe to
+    set from one thread while another scrapes (one attribute, replaced whole)."""
 
     def __init__(self, name: str, documentation: str) -> None:
         self._name, self._doc = name, documentation
         self._value: float | None = None
+        self._read: Callable[[], float] | None = None
 
     def set(self, value: float) -> None:
         self._value = float(value)
 
+    def set_function(self, read: Callable[[], float]) -> None:
+        """Read the value from ``read()`` at each scrape from now on."""
+        self._read = read
+
     def collect(self) -> Iterator[Metric]:
-        """The family always (its HELP and TYPE are scraped), with its one sample only once set."""
+        """The family always (its HELP and TYPE are scraped), with its one sample only when there is a
+        value."""
         family = GaugeMetricFamily(self._name, self._doc)
-        if (value := self._value) is not None:
+        value = self._value
+        if self._read is not None:
+            value = None
+            with contextlib.suppress(Exception):  # a scrape must not fail because NVML did
+                value = float(self._read())
+        if value is not None:
             family.add_metric([], value)
         yield family
 
@@ -99,52 +111,13 @@ class BulkHistogram(Collector):
 
 
 class Device(Protocol):
-    """What the device gauges read (``engine.memory.DeviceMemory``)."""
+    """What the GPU gauges read (``engine.memory.DeviceMemory``)."""
 
     total: int
 
     def used(self) -> int: ...
 
     def utilization(self) -> float: ...
-
-
-class DeviceGauges(Collector):
-    """The GPU the model runs on, read at each scrape through NVML: memory used (the whole device's,
-    other processes included) and total, and utilisation. The families are always there (HELP and TYPE);
-    their samples only once a device is attached, so a CPU replica shows "no data", not 0."""
-
-    def __init__(self, prefix: str) -> None:
-        self._prefix = prefix
-        self._device: Device | None = None
-
-    def attach(self, device: Device) -> None:
-        self._device = device
-
-    def collect(self) -> Iterator[Metric]:
-        device = self._device
-        readers: tuple[tuple[str, str, Callable[[Device], float]], ...] = (
-            ("memory_used_bytes", "GPU memory in use on the model's device, all processes.", _used),
-            ("memory_total_bytes", "GPU memory of the model's device.", _total),
-            ("utilization_ratio", "Share of time a kernel ran on the model's device (NVML).", _busy),
-        )
-        for name, doc, read in readers:
-            family = GaugeMetricFamily(f"{self._prefix}_gpu_{name}", doc)
-            if device is not None:
-                with contextlib.suppress(Exception):  # a scrape must not fail because NVML did
-                    family.add_metric([], read(device))
-            yield family
-
-
-def _used(device: Device) -> float:
-    return float(device.used())
-
-
-def _total(device: Device) -> float:
-    return float(device.total)
-
-
-def _busy(device: Device) -> float:
-    return device.utilization()
 
 
 class Metrics:
@@ -263,8 +236,18 @@ class Metrics:
             ["name", "version", "provider"],
             registry=r,
         )
-        self.gpu = DeviceGauges(p)
-        r.register(self.gpu)
+        # The GPU the model runs on, read through NVML at each scrape once attach_device was told of it.
+        self.gpu_memory_used = OptionalGauge(
+            f"{p}_gpu_memory_used_bytes", "GPU memory in use on the model's device, all processes."
+        )
+        self.gpu_memory_total = OptionalGauge(
+            f"{p}_gpu_memory_total_bytes", "GPU memory of the model's device."
+        )
+        self.gpu_utilization = OptionalGauge(
+            f"{p}_gpu_utilization_ratio", "Share of time a kernel ran on the model's device (NVML)."
+        )
+        for gauge in (self.gpu_memory_used, self.gpu_memory_total, self.gpu_utilization):
+            r.register(gauge)
         self.ready = Gauge(f"{p}_ready", "1 when /readyz answers 200.", registry=r)
         self.live = Gauge(f"{p}_live", "1 when /healthz answers 200.", registry=r)
         ProcessCollector(registry=r)  # process_*: CPU seconds, resident memory, open files (Linux)
@@ -272,6 +255,12 @@ class Metrics:
 
     def model_loaded(self, name: str, version: str, provider: str) -> None:
         self.model.labels(name=name, version=version, provider=provider).set(1)
+
+    def attach_device(self, device: Device) -> None:
+        """The GPU gauges read ``device`` at each scrape from now on (a CPU replica never attaches one)."""
+        self.gpu_memory_used.set_function(device.used)
+        self.gpu_memory_total.set(device.total)
+        self.gpu_utilization.set_function(device.utilization)
 
     def committed(self, ok: bool, seconds: float | None = None) -> None:
         """One offset commit: taken by the broker or failed; ``seconds``: how long a synchronous one took

@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from tests.deploy.test_deploy_files import exported_metric_names
+from tests.deploy.test_k8s_manifests import _compose_services
 from tests.support.harness import needs_installed
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -163,17 +164,6 @@ def test_the_rules_query_only_metrics_the_service_exports():
         assert names, f"{alert['alert']}: selects no series"
         unknown = names - exported - PROMETHEUS_SERIES
         assert not unknown, f"{alert['alert']}: {sorted(unknown)} not exported by the service"
-
-
-def _compose_services() -> set[str]:
-    """The values of `service` under compose: the DNS names its Prometheus scrapes."""
-    config = yaml.safe_load(PROMETHEUS_CONFIG.read_text())
-    return {
-        name
-        for job in config["scrape_configs"]
-        for sd in job.get("dns_sd_configs", [])
-        for name in sd["names"]
-    }
 
 
 def test_target_down_watches_the_service_and_not_the_backfill():

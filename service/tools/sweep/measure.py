@@ -18,7 +18,7 @@ import structlog
 from service.config import Settings
 from service.engine import Engine, knee
 from service.engine.knee import Point
-from service.errors import InvalidMessage
+from service.errors import InvalidMessage, is_out_of_memory
 from service.processors import prepare
 from service.tools.generate import EventGenerator
 
@@ -81,7 +81,7 @@ def sweep_sizes(engine, processor, pool, sizes, seconds, slo_ms, memory) -> tupl
             try:
                 durations = measure(engine, processor, batches(pool, size), seconds)
             except Exception as exc:  # ONNX Runtime raises its own types; the message tells OOM apart
-                reason = "oom" if knee.is_out_of_memory(str(exc)) else "error"
+                reason = "oom" if is_out_of_memory(str(exc)) else "error"
                 stop = {"reason": reason, "size": size, "detail": " ".join(str(exc).split())[:500]}
                 break
             used = memory.used() if memory is not None else None

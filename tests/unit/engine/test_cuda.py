@@ -10,7 +10,7 @@ import pytest
 from service.config import GpuSettings
 from service.engine import Engine
 from service.engine.memory import DeviceMemory
-from service.flow.inference import out_of_memory
+from service.errors import is_out_of_memory
 from service.models.reference import MODELS_DIR
 from service.observability import Metrics
 
@@ -51,7 +51,7 @@ def test_a_batch_beyond_the_memory_limit_fails_with_an_error_told_as_out_of_memo
     engine = Engine(MODEL, [CUDA, CPU], gpu=GpuSettings(mem_limit_mb=1))
     with pytest.raises(Exception) as err:
         engine.run(_batch(engine, 1_000_000))
-    assert out_of_memory(err.value), str(err.value)[:500]
+    assert is_out_of_memory(str(err.value)), str(err.value)[:500]
 
 
 def test_the_gpu_gauges_read_the_real_device():
@@ -59,7 +59,7 @@ def test_the_gpu_gauges_read_the_real_device():
     device = DeviceMemory.open(CUDA)
     assert device is not None
     metrics = Metrics()
-    metrics.gpu.attach(device)
+    metrics.attach_device(device)
     used = metrics.registry.get_sample_value("microbatch_gpu_memory_used_bytes")
     total = metrics.registry.get_sample_value("microbatch_gpu_memory_total_bytes")
     busy = metrics.registry.get_sample_value("microbatch_gpu_utilization_ratio")

@@ -15,7 +15,7 @@ from onnx import TensorProto, helper
 
 from service.config import GpuSettings, Settings
 from service.engine import Engine, choose_providers, cuda_device_count, drain
-from service.engine.model import DRAIN_LIMIT, served_shapes
+from service.engine.model import served_shapes
 from service.engine.providers import (
     Shapes,
     built_with_cuda,
@@ -221,8 +221,7 @@ def test_the_tensorrt_profile_spans_the_batch_sizes_and_sequence_lengths_served(
 def test_served_shapes_follow_the_batch_and_length_settings():
     settings = Settings(batch={"max_size": 32, "drain_max_size": 256}, model={"max_length": 64})
     assert served_shapes(settings) == Shapes(batch=(1, 32, 256), sequence=(1, 16, 64))
-    assert served_shapes(Settings()).batch == (1, 16, DRAIN_LIMIT)
-    assert DRAIN_LIMIT == drain.LIMIT
+    assert served_shapes(Settings()).batch == (1, 16, drain.LIMIT)
 
 
 def test_a_model_files_declared_inputs_are_read_without_a_session(model_path):

@@ -8,12 +8,12 @@ import pytest
 from service.engine.knee import (
     Point,
     find_knee,
-    is_out_of_memory,
     memory_cap,
     recommend,
     slo_cap,
     stop_reason,
 )
+from service.errors import is_out_of_memory
 
 GIB = 2**30
 

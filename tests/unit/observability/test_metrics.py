@@ -134,8 +134,20 @@ def test_the_gpu_gauges_have_no_sample_on_cpu_and_read_the_device_at_each_scrape
     text = generate_latest(m.registry).decode()
     assert all(f"# TYPE {name} gauge" in text for name in names)
     assert [sample(m.registry, name) for name in names] == [None, None, None]
-    device = SimpleNamespace(total=80 * 2**30, used=lambda: 3 * 2**30, utilization=lambda: 0.25)
-    m.gpu.attach(device)
+    in_use = {"bytes": 3 * 2**30}  # what NVML would answer now
+    device = SimpleNamespace(total=80 * 2**30, used=lambda: in_use["bytes"], utilization=lambda: 0.25)
+    m.attach_device(device)
     assert [sample(m.registry, name) for name in names] == [3 * 2**30, 80 * 2**30, 0.25]
-    device.used = lambda: 5 * 2**30  # read again at the next scrape
+    in_use["bytes"] = 5 * 2**30  # read again at the next scrape
     assert sample(m.registry, names[0]) == 5 * 2**30
+
+
+def test_a_gauge_read_at_scrape_time_has_no_sample_while_its_reading_fails():
+    m = Metrics()
+
+    def nvml_gone() -> float:
+        raise RuntimeError("NVML: GPU is lost")
+
+    m.gpu_utilization.set_function(nvml_gone)
+    assert sample(m.registry, "microbatch_gpu_utilization_ratio") is None
+    assert generate_latest(m.registry)  # the scrape itself goes on
