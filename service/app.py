@@ -81,6 +81,7 @@ def build_pipeline(
             batch.latency_slo_ms / 1000,
             batch.max_wait_ms / 1000,
             drain_max=drain_max or batch.drain_max_size,
+            natural=batch.natural,
         )
         if batch.adaptive
         else FixedBatchSize(batch.max_size)
@@ -132,6 +133,7 @@ def build_pipeline(
         sink,
         topics=settings.input.topics,
         idle_poll_s=settings.input.idle_poll_ms / 1000,
+        natural=settings.batch.natural,
         decoder=decoder,
         batcher=batcher,
         inference=inference,

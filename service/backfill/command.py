@@ -47,9 +47,6 @@ from service.observability import AccessReport, Telemetry
 
 _log = structlog.get_logger("microbatch.backfill")
 
-BUCKET_BATCHES = 8
-"""Text: each batch is chosen among this many batches' worth of waiting lines (streaming: the setting)."""
-
 OFFLINE_WAIT_MS = 1000.0
 """The offline window: no batch waits longer for its last items (the streaming default is 50 ms)."""
 
@@ -178,17 +175,18 @@ def backfill_settings(settings: Settings, job: str, output: str | None) -> Setti
 
 
 def offline_batch(batch: BatchSettings, size: int) -> BatchSettings:
-    """Batches cut full at ``size``: no adaptive target; a window (:data:`OFFLINE_WAIT_MS`) that a range
-    read from a backlog never reaches, and that cuts a batch only when reading stalls (back-pressure
-    holding the consumer while fewer than ``size`` messages can be in flight, as with assembled rows of
-    many messages each; a slow broker); text chosen among :data:`BUCKET_BATCHES` batches' worth of lines.
-    The last batch is cut when the loop finishes."""
+    """Batches cut full at ``size``: no adaptive target, no natural cuts; a window
+    (:data:`OFFLINE_WAIT_MS`) that a range read from a backlog never reaches, and that cuts a batch only
+    when reading stalls (back-pressure holding the consumer while fewer than ``size`` messages can be in
+    flight, as with assembled rows of many messages each; a slow broker); text chosen among the batcher's
+    ``POOL_BATCHES`` batches' worth of lines, as when streaming. The last batch is cut when the loop
+    finishes."""
     return batch.model_copy(
         update={
             "adaptive": False,
+            "natural": False,
             "max_size": size,
             "max_wait_ms": OFFLINE_WAIT_MS,
-            "bucket_window": max(batch.bucket_window, BUCKET_BATCHES * size) if batch.bucket_window else 0,
         }
     )
 

@@ -96,6 +96,9 @@ class BatchSettings(Section):
     """The largest batch while draining a late backlog (the drain regime) or stretching past ``max_size``;
     unset: the model's throughput knee, measured at warm-up (``service/engine/drain.py``). Either way
     capped so that peak memory stays under 70% of the limit. Equal to ``max_size``: neither."""
+    natural: bool = True
+    """Natural batching: when nothing is computing and nothing more is fetched, cut the open batch at once,
+    whatever its size, instead of waiting for the target or the window."""
     adaptive: bool = True
     """Move the target size with load (grow on backlog, halve when a batch overruns the SLO budget)."""
     latency_slo_ms: float = Field(250.0, gt=0, le=600_000, validate_default=True)

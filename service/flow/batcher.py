@@ -8,11 +8,14 @@ cut into full batches at once, with no waiting.
 when items have a cost, a padded cost of ``max_cost``: a text batch is padded to its longest item, so it
 costs ``count x longest``, and one long line must not make the whole batch huge.
 
-With a cost and a ``window``, a batch is chosen among the oldest ``window`` waiting items (at least four
-batches' worth, so a large batch still has lengths to choose among) rather than taken in arrival order:
-the oldest item (whose deadline is due first) and those closest to it in cost. Similar lengths pad less.
-Every batch holds the oldest waiting item, so no item is passed over for longer than it takes the items
-ahead of it to be served.
+With a cost and a ``window``, a batch is chosen among the oldest ``window`` waiting items (at least
+:data:`POOL_BATCHES` batches' worth, so a large batch still has lengths to choose among) rather than taken
+in arrival order: the oldest item (whose deadline is due first) and those closest to it in cost. Similar
+lengths pad less. Every batch holds the oldest waiting item, so no item is passed over for longer than
+it takes the items ahead of it to be served.
+
+An idle loop may cut a batch before either (``ready(idle=True)``): natural batching, decided by the loop,
+which knows whether anything is computing and whether anything more is fetched.
 """
 
 from __future__ import annotations
@@ -26,6 +29,11 @@ from typing import Generic, TypeVar
 T = TypeVar("T")
 
 Clock = Callable[[], float]
+
+POOL_BATCHES = 8
+"""With a cost, each batch is chosen among at least this many batches' worth of waiting items. Measured
+on ``log-classifier``'s drain at 64-128 lines a batch: four batches' worth padded to 0.83, eight to 0.91
+(docs/BENCHMARKS.md)."""
 
 
 class Batcher(Generic[T]):
@@ -80,8 +88,9 @@ class Batcher(Generic[T]):
         return max(0, self._pool() - len(self._items))
 
     def _pool(self) -> int:
-        """How many waiting items a batch is chosen among: the window, or four batches when larger."""
-        return max(self._window, 4 * self.max_size) if self._window else 0
+        """How many waiting items a batch is chosen among: the window, or :data:`POOL_BATCHES` batches
+        when larger."""
+        return max(self._window, POOL_BATCHES * self.max_size) if self._window else 0
 
     def time_until_due(self) -> float | None:
         """Seconds until the open batch is due (0 if it is due now); None when nothing is waiting."""
@@ -91,10 +100,11 @@ class Batcher(Generic[T]):
             return 0.0
         return max(0.0, self._items[0][0] + self.max_wait_s - self._clock())
 
-    def ready(self) -> bool:
-        """True when a batch should be cut now."""
+    def ready(self, idle: bool = False) -> bool:
+        """True when a batch should be cut now: it is full or its oldest item is due, or the caller says
+        that waiting buys nothing (``idle``: natural batching, see ``service/flow/pipeline.py``)."""
         due = self.time_until_due()
-        return due is not None and due <= 0.0
+        return due is not None and (due <= 0.0 or idle)
 
     def take(self) -> list[T]:
         """Remove and return the next batch (in arrival order): at most ``max_size`` items and, with a

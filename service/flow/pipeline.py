@@ -45,6 +45,7 @@ class Pipeline:
         *,
         topics: Sequence[str],
         idle_poll_s: float,
+        natural: bool = False,
         decoder: Decoder | Assembly,
         batcher: Batcher[Decoded],
         inference: Inference,
@@ -58,11 +59,13 @@ class Pipeline:
         self._source, self._sink = source, sink
         self._topics = list(topics)
         self._idle_s = idle_poll_s
+        self._natural = natural
         self._decoder, self._batcher, self._inference = decoder, batcher, inference
         self._outputs, self._checkpoint, self._backpressure = outputs, checkpoint, backpressure
         self._sizing, self._backlog, self._telemetry = sizing, backlog, telemetry
         self._running = True
         self._closing = False
+        self._drained = False  # the last consume came back short: nothing more is fetched
         self.committed = False
         """Whether the last commit, the one on the way out of :meth:`run`, was taken by the broker."""
 
@@ -79,14 +82,7 @@ class Pipeline:
         try:
             while self._running:
                 self._telemetry.loop()
-                opening = not len(self._batcher)
-                self._accept(self._source.consume(*self._consume_plan()))
-                if opening and len(self._batcher) and not self._batcher.ready() and not len(self._inference):
-                    # A batch just opened: fill it in this same round rather than the next one (which
-                    # would serve acks, back-pressure and telemetry for a batch still empty of results).
-                    self._accept(self._source.consume(*self._consume_plan()))
-                if self._batcher.ready() and self._batcher.room():
-                    self._accept(self._source.consume(self._batcher.room(), 0))  # more to choose among
+                self._consume()
                 self._rows()
                 self._dispatch()
                 self._finish(self._idle_s if self._inference.full() else 0.0)
@@ -121,6 +117,18 @@ class Pipeline:
         """Consumed messages whose outputs are not all acknowledged yet."""
         return self._checkpoint.in_flight()
 
+    def _consume(self) -> None:
+        """One round's consume calls (see :meth:`_consume_plan`)."""
+        batcher = self._batcher
+        opening = not len(batcher)
+        self._accept(self._take(*self._consume_plan()))
+        if opening and len(batcher) and not batcher.ready() and not len(self._inference):
+            # A batch just opened: fill it in this same round rather than the next one (which would
+            # serve acks, back-pressure and telemetry for a batch still empty of results).
+            self._accept(self._take(*self._consume_plan()))
+        if batcher.ready(self._idle()) and batcher.room():
+            self._accept(self._take(batcher.room(), 0))  # more to choose among
+
     def _consume_plan(self) -> tuple[int, float]:
         """How many messages to ask for, and how long consume may block.
 
@@ -128,12 +136,27 @@ class Pipeline:
         with no batch open, ask for ONE message (it returns as soon as one arrives, which opens the
         batch); with a batch open, ask for exactly what fills it and block no longer than its deadline.
         While a batch is computing, block at most a millisecond, to send its results soon after it ends.
+        With natural batching and nothing computing, do not block for an open batch at all: take what is
+        fetched, and the batch is cut (:meth:`_idle`).
         """
         cap = _INFLIGHT_POLL_S if len(self._inference) else float("inf")
         due = self._batcher.time_until_due()
         if due is None:
             return 1, min(self._idle_s, cap)
-        return max(1, self._batcher.max_size - len(self._batcher)), min(due, cap)
+        fill = max(1, self._batcher.max_size - len(self._batcher))
+        return fill, 0.0 if self._natural and not len(self._inference) else min(due, cap)
+
+    def _take(self, count: int, timeout_s: float) -> list[InputRecord]:
+        """``source.consume``, noting whether it came back short (nothing more is fetched)."""
+        records = self._source.consume(count, timeout_s)
+        self._drained = len(records) < count
+        return records
+
+    def _idle(self) -> bool:
+        """Natural batching: nothing is computing and the last consume took everything fetched, so
+        waiting for the target or the window would buy nothing but latency. Under load the engine is
+        rarely free and the fetched queue rarely empty, and batches fill to the target as before."""
+        return self._natural and self._drained and not len(self._inference)
 
     def _accept(self, records: list[InputRecord]) -> None:
         """Track and decode consumed records; bad messages and items go to the dead-letter topic at once."""
@@ -163,7 +186,7 @@ class Pipeline:
 
     def _dispatch(self) -> None:
         """Cut every due batch and hand it to inference, while it has room."""
-        while not self._inference.full() and self._batcher.ready():
+        while not self._inference.full() and self._batcher.ready(self._idle()):
             self._inference.submit(*self._batcher.take_padded())
 
     def _finish(self, timeout_s: float | None) -> None:

@@ -26,6 +26,9 @@ the target. The rules, applied per batch, in order:
    window.
 3. **Idle -> additive decrease.** With nothing waiting and the loop busy less than ``busy_low`` of the
    time, shrink by one: a smaller target cuts batches sooner, which is lower latency at no throughput cost.
+   Not with natural batching (``natural``): an idle loop cuts batches as soon as nothing more is fetched
+   (``service/flow/batcher.py``), so a smaller target would only split what one fetch brought and leave
+   its tail waiting for the next; the target then only bounds a batch.
 
 "Busy" is the share of wall time spent serving batches (a moving average the caller measures). Under
 steady load the target settles where batches keep up with room to spare (it oscillates by one around
@@ -80,6 +83,7 @@ class BatchSizeController:
         busy_low: float = 0.5,
         busy_high: float = 0.7,
         drain_max: int | None = None,
+        natural: bool = False,
     ) -> None:
         if not 1 <= min_size <= max_size:
             raise ValueError(f"need 1 <= min_size ({min_size}) <= max_size ({max_size})")
@@ -95,6 +99,7 @@ class BatchSizeController:
         self.cheap_s = max_wait_s / 10  # a batch this fast may stretch past max_size (rule 2)
         self.target = min(max(start if start is not None else min_size, min_size), max_size)
         self.busy_low, self.busy_high = busy_low, busy_high
+        self.natural = natural  # natural batching: idle does not shrink the target (rule 3)
         self.draining = False
         self._ceiling = self.drain_max  # lowered by a drain batch over budget, until the drain ends
 
@@ -132,7 +137,7 @@ class BatchSizeController:
         if busy > self.busy_high:
             return self._grow("busy")
         if backlog == 0 and busy < self.busy_low:
-            if self.target > self.min_size:
+            if self.target > self.min_size and not self.natural:
                 self.target -= 1
             return Decision(self.target, "idle")
         return Decision(self.target, "steady")

@@ -9,7 +9,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
-from service.backfill.command import BUCKET_BATCHES, OFFLINE_WAIT_MS, backfill_settings, offline_batch
+from service.backfill.command import OFFLINE_WAIT_MS, backfill_settings, offline_batch
 from service.backfill.progress import Progress
 from service.backfill.ranges import Ranges
 from service.config import Settings
@@ -64,11 +64,10 @@ def test_a_bad_job_name_or_an_output_that_is_an_input_is_refused(job, output, fl
         backfill_settings(settings, job, output)
 
 
-def test_offline_batches_are_cut_full_with_a_wider_bucket_window():
+def test_offline_batches_are_cut_full_with_no_window_or_natural_cut_to_make_them_smaller():
     batch = offline_batch(Settings().batch, 256)
-    assert (batch.adaptive, batch.max_size, batch.max_wait_ms) == (False, 256, OFFLINE_WAIT_MS)
-    assert batch.bucket_window == BUCKET_BATCHES * 256
-    assert offline_batch(Settings(batch={"bucket_window": 0}).batch, 256).bucket_window == 0
+    assert (batch.adaptive, batch.natural, batch.max_size) == (False, False, 256)
+    assert batch.max_wait_ms == OFFLINE_WAIT_MS
 
 
 class Terminal(io.StringIO):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from service.flow.batcher import Batcher
+from service.flow.batcher import POOL_BATCHES, Batcher
 
 # Binary fractions, so clock arithmetic is exact and deadlines can be compared with ==.
 WAIT = 0.5
@@ -272,12 +272,20 @@ def test_bucketing_respects_the_cost_cap_by_skipping_items_too_long(clock):
     assert batcher.take() == ["aaaaaaa"]
 
 
+def test_an_idle_loop_may_cut_any_open_batch_but_never_an_empty_one(clock):
+    batcher = make(clock, 8)
+    assert not batcher.ready(idle=True)
+    batcher.add("a")
+    assert not batcher.ready() and batcher.ready(idle=True)
+    assert batcher.take() == ["a"]
+
+
 def test_room_asks_for_enough_to_choose_among(clock):
-    batcher = costed(clock, max_size=4, window=16)
-    assert batcher.room() == 16
+    batcher = costed(clock, max_size=4, window=64)
+    assert batcher.room() == 64
     for _ in range(5):
         batcher.add("a")
-    assert batcher.room() == 11
+    assert batcher.room() == 59
 
 
 def test_items_left_by_a_bucket_keep_their_deadlines(clock):
@@ -292,13 +300,17 @@ def test_items_left_by_a_bucket_keep_their_deadlines(clock):
     assert batcher.time_until_due() == WAIT - STEP
 
 
-def test_a_large_batch_is_chosen_among_four_batches_worth_even_past_the_window():
+def test_a_large_batch_is_chosen_among_pool_batches_worth_even_past_the_window():
     clock = [0.0]
     batcher = Batcher(8, 0.05, lambda: clock[0], cost=lambda c: c, window=4)
-    assert batcher.room() == 32  # 4 x 8, more than the window
-    for cost in [1, 9] * 16:
+    pool = POOL_BATCHES * 8
+    assert batcher.room() == pool  # more than the window
+    for cost in [1] + [9] * (pool - 8) + [1] * 7:  # the short ones: the oldest, and the last seven
         batcher.add(cost)
-    assert sorted(batcher.take()) == [1] * 8  # similar lengths found among 32, not the first 8
+    assert sorted(batcher.take()) == [1] * 8  # similar lengths found among the whole pool
+    for cost in [9] * 8 + [1]:  # the short one is one past the pool: not chosen among
+        batcher.add(cost)
+    assert batcher.take() == [9] * 8
 
 
 @pytest.mark.parametrize("with_cost", [False, True], ids=["plain", "costed"])

@@ -18,6 +18,7 @@ import pytest
 from service.app import build_pipeline
 from service.config import Settings
 from service.errors import EngineFailedError, Reason, is_out_of_memory
+from service.flow.batcher import POOL_BATCHES
 from service.flow.encode import ModelRef
 from service.flow.inflight import Inline, OffloadPolicy
 from service.flow.pipeline import Pipeline
@@ -137,7 +138,13 @@ def rig(clock):
             },
             output={"topic": OUT},
             dlq={"topic": DLQ},
-            batch={"min_size": 1, "max_size": max_size, "max_wait_ms": max_wait_ms, "adaptive": False}
+            batch={
+                "min_size": 1,
+                "max_size": max_size,
+                "max_wait_ms": max_wait_ms,
+                "adaptive": False,
+                "natural": False,
+            }
             | (batch or {}),
             log={"stats_interval_s": 3600},
         )
@@ -281,6 +288,33 @@ def test_consume_waits_briefly_when_idle_and_never_past_the_open_batchs_deadline
     assert calls[1] == (9, pytest.approx(0.1))
     assert r.results()[(IN, 0, 0)]["timestamps"]["produced_ms"] == round((t0 + 0.1) * 1000)
     assert all(timeout <= 0.25 for _, timeout in calls)
+
+
+@pytest.mark.parametrize("natural", [True, False], ids=["natural", "window"])
+def test_natural_batching_cuts_what_was_fetched_as_soon_as_the_loop_is_idle(rig, clock, natural):
+    t0 = clock.now
+    script = [At(t0, [rec(0)]), At(t0 + 0.03, [rec(1), rec(2)]), At(t0 + 1.0, [rec(3)])]
+    r = rig(script, max_size=10, max_wait_ms=100, batch={"natural": natural}).run()
+    produced = {k[2]: v["timestamps"]["produced_ms"] / 1000 for k, v in r.results().items()}
+    if natural:
+        # Nothing computing and nothing more fetched: each batch is what came, cut on arrival.
+        assert r.engine.batch_sizes() == [1, 2, 1]
+        assert produced == pytest.approx({0: t0, 1: t0 + 0.03, 2: t0 + 0.03, 3: t0 + 1.0}, abs=1e-3)
+    else:
+        # The window: 0 waits its 100 ms for the target, and 1 and 2 join it.
+        assert r.engine.batch_sizes() == [3, 1]
+        assert produced == pytest.approx({0: t0 + 0.1, 1: t0 + 0.1, 2: t0 + 0.1, 3: t0 + 1.0}, abs=1e-3)
+
+
+def test_natural_batching_gathers_what_arrives_while_a_batch_computes(rig, clock):
+    # 10 ms per row: 1..3 arrive while 0 runs, and go together once it is done, not one by one.
+    engine = SlowEngine(clock, per_item_s=0.01)
+    t0 = clock.now
+    script = [At(t0, [rec(0)]), At(t0 + 0.004, [rec(1)]), At(t0 + 0.006, [rec(2), rec(3)])]
+    r = rig(script, engine=engine, max_size=10, max_wait_ms=100, batch={"natural": True}, greedy=True).run()
+    assert engine.batch_sizes() == [1, 3]
+    produced = {k[2]: v["timestamps"]["produced_ms"] / 1000 for k, v in r.results().items()}
+    assert produced == pytest.approx({0: t0 + 0.01, 1: t0 + 0.04, 2: t0 + 0.04, 3: t0 + 0.04}, abs=1e-3)
 
 
 # -- dead letters -----------------------------------------------------------------------------------------
@@ -689,10 +723,10 @@ def test_items_with_a_cost_are_bucketed_and_padding_is_reported(rig):
     batches = [sorted(b) for kind, b in log if kind == "preprocess"]
     assert batches == [[2, 2, 3, 3], [29, 30, 30, 31]]
     # The first consume asked for one message; once a batch was due, a non-blocking one topped up
-    # the pool so there was a choice: four batches' worth (16, more than the window of 8), less the 4
-    # waiting.
+    # the pool so there was a choice: POOL_BATCHES batches' worth (32, more than the window of 8), less
+    # the 4 waiting.
     assert log[0] == ("prepare", 1)
-    assert (12, 0) in r.source.consume_calls
+    assert (POOL_BATCHES * 4 - 4, 0) in r.source.consume_calls
     totals = r.telemetry.stats.summary()
     assert totals["padding_efficiency"] == pytest.approx((10 + 120) / (4 * 3 + 4 * 31), abs=1e-3)
     # Every input still has exactly one result, and the commit covers all of them.

@@ -106,6 +106,16 @@ def test_idle_shrinking_waits_until_the_loop_is_mostly_idle():
     assert sizer.observe(3, FAST, backlog=0, busy=0.2).target == 7
 
 
+def test_with_natural_batching_idle_holds_the_target_and_backlog_still_grows_it():
+    # An idle loop cuts what was fetched anyway; a smaller target would only split a fetch in two.
+    sizer = BatchSizeController(4, 16, SLO, WAIT, start=8, natural=True)
+    for _ in range(5):
+        decision = sizer.observe(3, FAST, backlog=0, busy=0.0)
+        assert (decision.rule, decision.target) == ("idle", 8)
+    assert sizer.observe(8, FAST, backlog=100).target == 9
+    assert sizer.observe(9, SLOW, backlog=100).target == 4  # over budget still halves
+
+
 def test_busy_share_is_service_time_over_wall_time():
     share = BusyShare(weight=1.0)  # no smoothing: each reading is the last batch's share
     assert share.observe(0.01, now=100.0) == 0.0  # nothing to compare with yet
