@@ -144,7 +144,7 @@ class Pipeline:
         if due is None:
             return 1, min(self._idle_s, cap)
         fill = max(1, self._batcher.max_size - len(self._batcher))
-        return fill, 0.0 if self._natural and not len(self._inference) else min(due, cap)
+        return fill, 0.0 if self._may_cut_early() else min(due, cap)
 
     def _take(self, count: int, timeout_s: float) -> list[InputRecord]:
         """``source.consume``, noting whether it came back short (nothing more is fetched)."""
@@ -152,11 +152,17 @@ class Pipeline:
         self._drained = len(records) < count
         return records
 
+    def _may_cut_early(self) -> bool:
+        """Natural batching is on, nothing is computing, and the load does not need batches past
+        ``MAX_SIZE`` (a stretched or draining target: an early cut there would only add batches)."""
+        return self._natural and not len(self._inference) and not self._sizing.stretched
+
     def _idle(self) -> bool:
-        """Natural batching: nothing is computing and the last consume took everything fetched, so
-        waiting for the target or the window would buy nothing but latency. Under load the engine is
-        rarely free and the fetched queue rarely empty, and batches fill to the target as before."""
-        return self._natural and self._drained and not len(self._inference)
+        """Natural batching: the open batch may be cut early (:meth:`_may_cut_early`) and the last consume
+        took everything fetched, so waiting for the target or the window would buy nothing but latency.
+        Under load the engine is rarely free and the fetched queue rarely empty, and batches fill to the
+        target as before."""
+        return self._drained and self._may_cut_early()
 
     def _accept(self, records: list[InputRecord]) -> None:
         """Track and decode consumed records; bad messages and items go to the dead-letter topic at once."""

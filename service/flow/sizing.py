@@ -240,6 +240,13 @@ class Sizing:
         self._cap_until = self._clock() + OUT_OF_MEMORY_HOLD_S
 
     @property
+    def stretched(self) -> bool:
+        """The target is past ``max_size`` (the stretch or the drain regime): the load needs large
+        batches, so an idle moment must not cut a small one (natural batching waits then)."""
+        controller = self._controller
+        return isinstance(controller, BatchSizeController) and controller.target > controller.max_size
+
+    @property
     def cap(self) -> int | None:
         """The batch size held since a batch ran out of memory; None when no hold is on."""
         return self._cap if self._clock() < self._cap_until else None

@@ -116,6 +116,16 @@ def test_with_natural_batching_idle_holds_the_target_and_backlog_still_grows_it(
     assert sizer.observe(9, SLOW, backlog=100).target == 4  # over budget still halves
 
 
+def test_sizing_says_when_the_target_is_past_max_size():
+    clock = [0.0]
+    controller = BatchSizeController(4, 16, SLO, WAIT, start=16, drain_max=64)
+    sizing = Sizing(controller, lambda: clock[0])
+    assert not sizing.stretched
+    sizing.observe(16, 0.001, backlog=100)  # cheap and another batch waiting: the stretch
+    assert controller.target > 16 and sizing.stretched
+    assert not Sizing(FixedBatchSize(16), lambda: clock[0]).stretched
+
+
 def test_busy_share_is_service_time_over_wall_time():
     share = BusyShare(weight=1.0)  # no smoothing: each reading is the last batch's share
     assert share.observe(0.01, now=100.0) == 0.0  # nothing to compare with yet
