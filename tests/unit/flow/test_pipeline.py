@@ -306,6 +306,21 @@ def test_natural_batching_cuts_what_was_fetched_as_soon_as_the_loop_is_idle(rig,
         assert produced == pytest.approx({0: t0 + 0.1, 1: t0 + 0.1, 2: t0 + 0.1, 3: t0 + 1.0}, abs=1e-3)
 
 
+def test_natural_batching_waits_while_the_target_is_stretched_past_max_size(rig, clock):
+    # A backlog of 40 cheap items stretches the target past MAX_SIZE (4) to 8; the last 4 then wait for
+    # the window, as the load needed large batches a moment ago. Once the target is back within
+    # MAX_SIZE, a lone arrival is cut at once.
+    t0 = clock.now
+    script = [[rec(o) for o in range(40)], At(t0 + 1.0, [rec(40)])]
+    batch = {"adaptive": True, "natural": True, "drain_max_size": 16}
+    r = rig(script, max_size=4, max_wait_ms=100, batch=batch).run()
+    assert r.engine.batch_sizes() == [1, 2, 3, 4, 5, 6, 7, 8, 4, 1]
+    produced = {k[2]: v["timestamps"]["produced_ms"] / 1000 for k, v in r.results().items()}
+    assert produced[35] == pytest.approx(t0, abs=1e-3)
+    assert [produced[k] for k in range(36, 40)] == [pytest.approx(t0 + 0.1, abs=1e-3)] * 4
+    assert produced[40] == pytest.approx(t0 + 1.0, abs=1e-3)
+
+
 def test_natural_batching_gathers_what_arrives_while_a_batch_computes(rig, clock):
     # 10 ms per row: 1..3 arrive while 0 runs, and go together once it is done, not one by one.
     engine = SlowEngine(clock, per_item_s=0.01)
