@@ -14,6 +14,9 @@ SERVICE_SWEPT = "service-swept"
 SERVICE_STREAM = "service-stream"
 PASSTHROUGH = "passthrough"
 BATCH_LOOP = "batch-loop"
+SERVICE_LOOP_SIZE = "service-loop-size"
+LOOP_BATCH = 32
+"""The batch-loop baseline's ``consume(n)``: what a user writes from a tutorial."""
 NAIVE = "naive"
 RAW_ORT = "raw-ort"
 RAW_ORT_SORTED = "raw-ort-sorted"
@@ -192,11 +195,29 @@ SCENARIOS: dict[str, Scenario] = {
             _baseline(PASSTHROUGH, "passthrough (transport ceiling)", True, 120_000, light=True),
             _baseline(
                 BATCH_LOOP,
-                "consume(32) loop: one session.run, flush, commit per consume",
+                f"consume({LOOP_BATCH}) loop: one session.run, flush, commit per consume",
                 True,
                 30_000,
                 "--consume-batch",
-                "32",
+                str(LOOP_BATCH),
+                latency=False,
+                light=True,
+            ),
+            # The loop's batching in the service: batches of LOOP_BATCH, cut full or at the window, as
+            # the loop's consume(32, window) returns. Beside the loop at light load it shows what the
+            # service's own path costs per event at the same batch size; the defaults row cuts smaller
+            # batches at that rate, for latency, and pays per batch for it.
+            System(
+                SERVICE_LOOP_SIZE,
+                f"service, batches of {LOOP_BATCH} cut full or at the window (the loop's batching)",
+                ("service", "run"),
+                True,
+                70_000,
+                env=(
+                    ("BATCH__MAX_SIZE", str(LOOP_BATCH)),
+                    ("BATCH__ADAPTIVE", "false"),
+                    ("BATCH__NATURAL", "false"),
+                ),
                 latency=False,
                 light=True,
             ),
@@ -213,6 +234,7 @@ SCENARIOS: dict[str, Scenario] = {
             Ratio(SERVICE_SWEPT, PASSTHROUGH),
             Ratio(SERVICE, PASSTHROUGH, 0.5),
             Ratio(SERVICE, BATCH_LOOP),
+            Ratio(SERVICE_LOOP_SIZE, BATCH_LOOP),
             Ratio(SERVICE, NAIVE, 5.0),
             Ratio(BACKFILL, SERVICE, 1.3),
             Ratio(BACKFILL, SERVICE_STREAM),

@@ -7,12 +7,14 @@ import pytest
 from service.tools.bench.scenarios import (
     BACKFILL,
     BATCH_LOOP,
+    LOOP_BATCH,
     PASSTHROUGH,
     RAW_ORT_AT_BACKFILL,
     RAW_ORT_SORTED_AT_BACKFILL,
     SCENARIOS,
     SERVICE,
     SERVICE_KNEE,
+    SERVICE_LOOP_SIZE,
     Ratio,
     selected,
 )
@@ -138,6 +140,31 @@ def test_light_load_p99_is_judged_against_the_passthrough_and_cpu_against_the_lo
     verdicts = by_name(evaluate((), light_systems(16.0, 10.0, 110.0, 100.0), 50.0, 0.05, 0.5, 2000))
     assert not verdicts["service / passthrough p99 latency at 2,000/s"]["passed"]
     assert not verdicts["service / batch-loop CPU per event at 2,000/s"]["passed"]
+
+
+def test_the_loop_s_batching_in_the_service_is_judged_against_the_loop_where_the_scenario_has_it():
+    rows = light_systems(15.0, 10.0, 150.0, 100.0)
+    assert len(evaluate((), rows, 50.0, 0.05, 0.5, 2000)) == 3  # no such row: no verdict for it
+    rows[SERVICE_LOOP_SIZE] = {"light": {"cpu_us_per_event": 95.0}}
+    verdicts = by_name(evaluate((), rows, 50.0, 0.05, 0.5, 2000))
+    same_size = verdicts["service-loop-size / batch-loop CPU per event at 2,000/s"]
+    assert (same_size["value"], same_size["threshold"], same_size["passed"]) == (0.95, 1.0, True)
+    assert not verdicts["service / batch-loop CPU per event at 2,000/s"]["passed"]  # still judged
+    rows[SERVICE_LOOP_SIZE]["light"]["cpu_us_per_event"] = 120.0
+    assert not by_name(evaluate((), rows, 50.0, 0.05, 0.5, 2000))[same_size["name"]]["passed"]
+
+
+def test_the_loop_s_batching_in_the_service_is_the_loop_s_size_cut_full_or_at_the_window():
+    systems = {s.name: s for s in SCENARIOS["A"].systems}
+    same_size, loop = systems[SERVICE_LOOP_SIZE], systems[BATCH_LOOP]
+    assert loop.argv[-2:] == ("--consume-batch", str(LOOP_BATCH))
+    assert dict(same_size.env) == {
+        "BATCH__MAX_SIZE": str(LOOP_BATCH),
+        "BATCH__ADAPTIVE": "false",
+        "BATCH__NATURAL": "false",
+    }
+    assert same_size.light and loop.light and not same_size.latency and not same_size.defaults
+    assert SERVICE_LOOP_SIZE not in {s.name for s in SCENARIOS["B"].systems}
 
 
 def test_no_light_load_run_no_light_targets():
