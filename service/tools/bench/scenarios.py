@@ -94,8 +94,8 @@ class Scenario:
     """``BATCH__MAX_SIZE`` for every system of the scenario (the service, and raw ONNX Runtime's batches);
     None keeps the settings' own. Part of the scenario, as a user would set it after ``microbatch sweep``."""
     env: tuple[tuple[str, str], ...] = ()
-    """Further settings for every system, ``("BATCH__ADAPTIVE", "false")`` style; they win over all others
-    (``microbatch sweep --pipeline`` pins the batch size with them)."""
+    """Further settings for every system, ``("BATCH__ADAPTIVE", "false")`` style; they win over all but a
+    system's own ``env`` (``microbatch sweep --pipeline`` pins the batch size with them)."""
 
 
 def _service(hint: float, light: bool = False) -> System:
@@ -204,7 +204,7 @@ SCENARIOS: dict[str, Scenario] = {
                 light=True,
             ),
             # The loop's batching in the service: batches of LOOP_BATCH, cut full or at the window, as
-            # the loop's consume(32, window) returns. Beside the loop at light load it shows what the
+            # the loop's consume(LOOP_BATCH, window) returns. Beside the loop at light load it shows what the
             # service's own path costs per event at the same batch size; the defaults row cuts smaller
             # batches at that rate, for latency, and pays per batch for it.
             System(
