@@ -26,24 +26,16 @@ from typing import Any
 import msgspec
 import structlog
 
-from service.app import (
-    Stop,
-    build_clients,
-    build_pipeline,
-    check_topics,
-    freeze_heap,
-    observe,
-    serve_model,
-)
 from service.backfill.bounds import ACCEPTED, parse, parse_partitions
 from service.backfill.plan import Plan, job_group, plan
 from service.backfill.progress import Progress
 from service.backfill.source import RangeSource
-from service.config import BatchSettings, OutputSettings, Settings, check_run_settings
+from service.config import BatchSettings, OutputSettings, Settings
 from service.engine.drain import offline_size
-from service.engine.samples import check_at_start
 from service.errors import EXIT_OK, UsageError
-from service.observability import AccessReport, Telemetry
+from service.flow.model import Model
+from service.flow.ports import EngineLike
+from service.startup import Mode, started
 
 _log = structlog.get_logger("microbatch.backfill")
 
@@ -87,24 +79,28 @@ def _positive(text: str) -> float:
     return value
 
 
+def offline(model: Model[EngineLike], batch: BatchSettings) -> tuple[BatchSettings, int | None]:
+    """The backfill's batches: cut full at the offline size measured on ``model``; no drain regime."""
+    size = offline_size(model, batch)
+    _log.info("backfill_batch_size", **size.describe())
+    return offline_batch(batch, size.size), None
+
+
+OFFLINE = Mode(warm=lambda _batch: {1}, batches=offline, ranged=True)
+"""The backfill's mode: the range's partitions assigned, batches cut full."""
+
+
 def run(args: argparse.Namespace, settings: Settings) -> int:
     settings = backfill_settings(settings, args.job, args.output)
-    check_run_settings(settings)
     now_ms = time.time_ns() // 1_000_000
     first = parse("--from", args.start, lambda: now_ms)
     last = parse("--to", args.end, lambda: now_ms)
     chosen = parse_partitions("--partitions", args.partitions)
-    stop = Stop()
-    metrics, health, server = observe(settings)
-    try:
-        access = AccessReport(metrics, health)
-        source, sink = build_clients(
-            settings.kafka, health.brokers, access, on_commit=metrics.committed, ends=True
-        )
-        if not check_topics(source, settings, stop.requested.is_set):
-            source.close()
+    with started(settings, OFFLINE) as service:
+        if service is None:
             _log.warning("backfill_incomplete", hint="stopped while starting; run again with the same --job")
             return 1
+        settings, source = service.settings, service.source
         planned = plan(source.offsets(), settings.input.topics, chosen, first, last)
         _log.info("backfill_range", job=args.job, group=settings.kafka.group_id, **planned.describe())
         if planned.kept:
@@ -119,14 +115,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             source.close()
             _report(args.job, planned, {}, 0.0, done=True, nothing=True)
             return EXIT_OK
-        model = serve_model(settings, metrics, {1})
-        size = offline_size(model, settings.batch)
-        _log.info("backfill_batch_size", **size.describe())
-        settings = settings.model_copy(update={"batch": offline_batch(settings.batch, size.size)})
-        check_at_start(settings, model)
-        health.warmed_up = True
-        telemetry = Telemetry(metrics, health, settings.log.stats_interval_s)
-        progress = Progress(planned.ranges.total, metrics.registry, interval_s=args.progress_interval)
+        progress = Progress(planned.ranges.total, service.metrics.registry, interval_s=args.progress_interval)
 
         def finish() -> None:
             # The range is read. Assembled rows still open close on their deadline first, so that the
@@ -134,27 +123,19 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             if not pipeline.open_rows:
                 pipeline.stop()
 
-        ranged = RangeSource(source, planned.ranges, finish, progress)
-        pipeline = build_pipeline(
-            settings, ranged, sink, model.engine, model.processor, model.ref, telemetry, rows=model.rows
-        )
-        stop.attach(pipeline)
-        freeze_heap()
-        started = time.monotonic()
-        pipeline.run()
-        wall_s = time.monotonic() - started
+        pipeline = service.pipeline(RangeSource(source, planned.ranges, finish, progress))
+        begun = time.monotonic()
+        service.serve(pipeline)
+        wall_s = time.monotonic() - begun
         progress.close(planned.ranges)
         done = (
             planned.ranges.done
-            and not stop.requested.is_set()
+            and not service.stop.requested.is_set()
             and pipeline.in_flight == 0
             and pipeline.committed
         )
-        _report(args.job, planned, telemetry.stats.summary(), wall_s, done=done)
+        _report(args.job, planned, service.telemetry.stats.summary(), wall_s, done=done)
         return EXIT_OK if done else 1
-    finally:
-        if server is not None:
-            server.close()
 
 
 def backfill_settings(settings: Settings, job: str, output: str | None) -> Settings:

@@ -3,14 +3,12 @@
 Only this package imports onnxruntime.
 """
 
-from service.engine.model import Model, RowPlan, blamed_setting, load_model, model_setting, warm_up
+from service.engine.model import blamed_setting, load_model, model_setting, warm_up
 from service.engine.providers import choose_providers, cuda_device_count
 from service.engine.session import Engine
 
 __all__ = [
     "Engine",
-    "Model",
-    "RowPlan",
     "blamed_setting",
     "choose_providers",
     "cuda_device_count",

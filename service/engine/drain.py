@@ -33,9 +33,9 @@ from service.config import BatchSettings
 from service.engine import knee
 from service.engine.knee import LIMIT
 from service.engine.memory import DeviceMemory, MemoryLimit, host_limit, peak_rss
-from service.engine.model import Model
+from service.flow.model import Model
+from service.flow.ports import EngineLike
 from service.flow.sizing import batch_budget_s
-from service.processors import prepare
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +61,7 @@ class DrainCeiling:
 
 
 def drain_ceiling(
-    model: Model,
+    model: Model[EngineLike],
     batch: BatchSettings,
     clock: Callable[[], float] = time.perf_counter,
     memory: Callable[[], tuple[MemoryLimit, Callable[[], int]] | None] | None = None,
@@ -82,14 +82,13 @@ def drain_ceiling(
         sizes.append(wanted)
     if budget_s is None:
         budget_s = batch_budget_s(batch.latency_slo_ms / 1000, batch.max_wait_ms / 1000)
-    processor = model.processor
-    cost = getattr(processor, "cost", None)
-    sample = processor.sample()
+    cost = model.caps.cost
+    sample = model.processor.sample()
     reading = (memory or _memory_of(model))()
     points: list[knee.Point] = []
     stop = "knee"
     for size in sizes:
-        items = prepare(processor, [sample] * size)
+        items = model.caps.prepare([sample] * size)
         if (
             cost is not None
             and batch.max_tokens
@@ -122,10 +121,9 @@ def drain_ceiling(
     return DrainCeiling(max(size, batch.max_size), source, measured, limit)
 
 
-def _time_batch(model: Model, items: list[Any], clock: Callable[[], float]) -> float:
-    processor = model.processor
+def _time_batch(model: Model[EngineLike], items: list[Any], clock: Callable[[], float]) -> float:
     start = clock()
-    processor.postprocess(model.engine.run(processor.preprocess(items)), items)
+    model.score(items)
     return clock() - start
 
 
@@ -134,7 +132,7 @@ def _tokens(cost: Callable[[Any], int], items: list[Any]) -> int:
     return len(items) * max(cost(item) for item in items)
 
 
-def _memory_of(model: Model) -> Callable[[], tuple[MemoryLimit, Callable[[], int]] | None]:
+def _memory_of(model: Model[EngineLike]) -> Callable[[], tuple[MemoryLimit, Callable[[], int]] | None]:
     def reading() -> tuple[MemoryLimit, Callable[[], int]] | None:
         if model.ref.provider == "CUDAExecutionProvider":
             device = DeviceMemory.open(model.ref.provider)
@@ -146,7 +144,7 @@ def _memory_of(model: Model) -> Callable[[], tuple[MemoryLimit, Callable[[], int
     return reading
 
 
-def offline_size(model: Model, batch: BatchSettings, **measure: Any) -> DrainCeiling:
+def offline_size(model: Model[EngineLike], batch: BatchSettings, **measure: Any) -> DrainCeiling:
     """The batch size of an offline run (``microbatch backfill``): ``MAX_SIZE`` when it was set, else the
     knee measured from the streaming default up; either capped by memory as above, measured from the
     streaming default up (so a cap can fall below a ``MAX_SIZE`` that does not fit). No latency budget

@@ -1,24 +1,26 @@
-"""A served model: its session, its processor and how results name it; loaded from settings, warmed up."""
+"""Loading the model to serve from settings (its session, its processor, how results name it), and warming
+it up."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
 
 from service.config import AssembleSettings, ModelSettings, Settings
 from service.engine.artifacts import read_classifier, read_config
+from service.engine.binding import row_bucket
 from service.engine.knee import LIMIT
 from service.engine.providers import Shapes
 from service.engine.session import Engine
 from service.errors import ConfigError
 from service.flow.decode import takes_format
-from service.flow.encode import ModelRef
+from service.flow.model import Model, ModelRef, RowPlan
+from service.flow.ports import EngineLike
 from service.formats import METRICS_FORMATS, load_format
 from service.models.reference import choose_model
-from service.processors import ModelInfo, Processor, load_processor, prepare
+from service.processors import Capabilities, ModelInfo, load_processor
 
 DEFAULT_MAX_LENGTH = 512
 """The longest sequence TensorRT's profile covers when ``MICROBATCH_MODEL__MAX_LENGTH`` is unset."""
@@ -37,27 +39,6 @@ _PROCESSOR_FIELDS = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class RowPlan:
-    """Rows to assemble for the model (``MICROBATCH_ASSEMBLE__*``): its features in its order, those a row
-    must have to be scored, and the typical values that may fill the others."""
-
-    features: tuple[str, ...]
-    required: tuple[str, ...]
-    typical: Mapping[str, float]
-
-
-@dataclass(frozen=True, slots=True)
-class Model:
-    """What ``run`` serves: ``engine`` runs batches, ``processor`` feeds it, ``ref`` labels results;
-    ``rows`` says how to assemble its items from agents' points (None: one item per message or record)."""
-
-    engine: Engine
-    processor: Processor
-    ref: ModelRef
-    rows: RowPlan | None = None
-
-
 def served_shapes(settings: Settings) -> Shapes:
     """The batch sizes and sequence lengths the service will run: batches from 1 through ``MAX_SIZE``
     (usual) to the drain ceiling (``DRAIN_MAX_SIZE``, else the largest the warm-up tries), sequences from
@@ -70,7 +51,7 @@ def served_shapes(settings: Settings) -> Shapes:
     )
 
 
-def load_model(settings: Settings) -> Model:
+def load_model(settings: Settings) -> Model[Engine]:
     """Load the configured model and its processor, for the configured input format. Raises ConfigError
     naming the setting at fault."""
     conf = settings.model
@@ -110,21 +91,22 @@ def load_model(settings: Settings) -> Model:
         config=read_config(model_dir),
     )
     processor = load_processor(conf.processor, info)
-    if not takes_format(processor, fmt):
+    caps = Capabilities.of(processor)
+    if not takes_format(caps, fmt):
         raise ConfigError(
             settings.input.env("format"),
             f"the processor reads only json and text values (it has no parse_fields), not {fmt.name}",
         )
-    rows = plan_rows(settings.assemble, processor, engine.metadata) if assembling else None
-    return Model(engine, processor, ModelRef(name, version, engine.provider), rows)
+    rows = plan_rows(settings.assemble, caps, engine.metadata) if assembling else None
+    return Model(engine, processor, ModelRef(name, version, engine.provider), rows, caps)
 
 
-def plan_rows(conf: AssembleSettings, processor: Processor, metadata: Mapping[str, str]) -> RowPlan:
-    """The rows for ``processor``'s features: required ones from the settings, else the model's
+def plan_rows(conf: AssembleSettings, caps: Capabilities, metadata: Mapping[str, str]) -> RowPlan:
+    """The rows for the processor's features (``caps``): required ones from the settings, else the model's
     ``microbatch.required``, else all; optional ones from the settings, else the rest. Raises ConfigError
     naming the setting at fault."""
-    features = getattr(processor, "features", None)
-    if not features or not hasattr(processor, "parse_fields"):
+    features = caps.features
+    if not features or caps.parse_fields is None:
         raise ConfigError(
             ModelSettings.env("processor"), "assembled rows need a processor of named features ('features')"
         )
@@ -175,20 +157,25 @@ def _typical(metadata: Mapping[str, str]) -> dict[str, float]:
     return {str(k): float(v) for k, v in value.items()}
 
 
-def warm_up(model: Model, sizes: Iterable[int], setting: str, outputs_setting: str | None = None) -> None:
-    """Run each batch size once so the first real batch does not pay for allocation and kernel choice.
+def warm_up(
+    model: Model[EngineLike], sizes: Iterable[int], setting: str, outputs_setting: str | None = None
+) -> None:
+    """Run each batch size once so the first real batch does not pay for allocation and kernel choice;
+    with I/O binding, every batch-size bucket up to the largest too (each gets its buffers now).
     A model that rejects what its processor feeds it is a configuration error, found here at start-up:
     ConfigError naming ``setting`` (see :func:`blamed_setting`); outputs the processor cannot read are one
     too, naming ``outputs_setting`` (default ``setting``) and the output."""
-    processor = model.processor
-    for size in sorted(set(sizes)):
+    warm = set(sizes)
+    if isinstance(model.engine, Engine) and model.engine.bound is not None:
+        warm |= {row_bucket(n) for n in range(1, max(warm) + 1)}
+    for size in sorted(warm):
         try:
-            items = prepare(processor, [processor.sample()] * size)
-            outputs = model.engine.run(processor.preprocess(items))
+            items = model.samples(size)
+            outputs = model.engine.run(model.processor.preprocess(items))
         except Exception as exc:
             raise ConfigError(setting, f"the model rejects what its processor feeds it: {exc}") from None
         try:
-            processor.postprocess(outputs, items)
+            model.postprocess(outputs, items)
         except Exception as exc:
             raise ConfigError(
                 outputs_setting or setting, f"the processor cannot read the model's outputs: {exc}"

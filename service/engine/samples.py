@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -12,11 +12,14 @@ from typing import Any
 import msgspec
 
 from service.config import ModelSettings, Settings
-from service.engine.model import Model
 from service.errors import ConfigError, InvalidMessage, Reason
 from service.flow.decode import Decoder
 from service.flow.encode import result_record
 from service.flow.fields import FieldWatch
+from service.flow.inference import Inference
+from service.flow.inflight import Inline
+from service.flow.model import Model
+from service.flow.ports import EngineLike
 from service.flow.records import Decoded, InputRecord
 from service.formats import Picker, load_format
 
@@ -60,7 +63,7 @@ def read_samples(path: Path, whole: bool = False) -> Samples:
     return [(n, line.rstrip(b"\r")) for n, line in enumerate(lines, 1) if line.strip()]
 
 
-def run_samples(settings: Settings, model: Model, samples: Samples) -> Report:
+def run_samples(settings: Settings, model: Model[EngineLike], samples: Samples) -> Report:
     """Decode, batch (at ``MICROBATCH_BATCH__MAX_SIZE``), infer, post-process and encode the samples' values
     as the service would. Never raises for a bad sample: it is an outcome. Raises ConfigError naming
     ``MICROBATCH_ASSEMBLE__ENABLED`` for a model whose items are assembled rows (they need points over
@@ -71,10 +74,9 @@ def run_samples(settings: Settings, model: Model, samples: Samples) -> Report:
             "samples are read one item per value; assembled rows need agents' points over time "
             "(run the service and `microbatch verify` its topics)",
         )
-    processor = model.processor
-    fields: Sequence[str] = getattr(processor, "fields", ())
+    fields = model.caps.fields
     hints: list[str] = []
-    setting = ModelSettings.env("features" if hasattr(processor, "features") else "text_field")
+    setting = ModelSettings.env("features" if model.caps.features else "text_field")
 
     def hint(name: str, closest: list[str]) -> None:
         seen = f"; closest names seen: {', '.join(closest)}" if closest else ""
@@ -84,7 +86,8 @@ def run_samples(settings: Settings, model: Model, samples: Samples) -> Report:
     watch = FieldWatch(fields, hint, events=sys.maxsize) if fields else None
     decoder = Decoder(
         load_format(settings.input.format),
-        processor,
+        model.processor,
+        model.caps,
         settings.input.max_value_bytes,
         Picker(settings.output.include_fields),
         watch,
@@ -95,30 +98,19 @@ def run_samples(settings: Settings, model: Model, samples: Samples) -> Report:
     if watch is not None:
         watch.finish()  # a value may hold many items, or none
     outcomes = [Outcome(r.record.offset, r.index, None, r.reason.value, r.detail) for r in rejected]
+    # The service's own batch path, run here: a batch the model fails on is split as the service splits it.
+    inference = Inference(model, Inline(), 1, time.perf_counter)
     size = settings.batch.max_size
     for start in range(0, len(accepted), size):
-        outcomes += _batch(settings, model, accepted[start : start + size])
+        batch = accepted[start : start + size]
+        answers = inference.run_now(batch, None).answers
+        outcomes += [_outcome(d, _encoded(settings, model, d, r, len(batch))) for d, r in answers]
     outcomes.sort(key=lambda o: (o.line, o.index or 0))
     return Report(outcomes, hints)
 
 
-def _batch(settings: Settings, model: Model, batch: list[Decoded]) -> list[Outcome]:
-    """One batch's outcomes; a batch the model fails on is run item by item, as the service bisects it."""
-    processor = model.processor
-    items = [d.item for d in batch]
-    try:
-        results = processor.postprocess(model.engine.run(processor.preprocess(items)), items)
-    except Exception as exc:
-        if len(batch) > 1:
-            return [o for d in batch for o in _batch(settings, model, [d])]
-        return [_outcome(batch[0], InvalidMessage(Reason.INFERENCE_ERROR, f"{type(exc).__name__}: {exc}"))]
-    return [
-        _outcome(d, _encoded(settings, model, d, r, len(batch))) for d, r in zip(batch, results, strict=True)
-    ]
-
-
 def _encoded(
-    settings: Settings, model: Model, decoded: Decoded, result: Any, batch_size: int
+    settings: Settings, model: Model[EngineLike], decoded: Decoded, result: Any, batch_size: int
 ) -> dict[str, Any] | InvalidMessage:
     """The ``result`` as the service writes it: one JSON cannot hold is ``invalid_output`` there too."""
     if not isinstance(result, dict):
@@ -140,7 +132,7 @@ def _outcome(decoded: Decoded, result: dict[str, Any] | InvalidMessage) -> Outco
     return Outcome(line, index, result)
 
 
-def check_at_start(settings: Settings, model: Model) -> None:
+def check_at_start(settings: Settings, model: Model[EngineLike]) -> None:
     """``MICROBATCH_MODEL__SAMPLE``: every sample must give a result, else ConfigError naming the setting,
     the first failing line, its reason and any field hint."""
     path = settings.model.sample

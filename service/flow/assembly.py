@@ -21,17 +21,18 @@ import structlog
 
 from service.assemble import Assembler, Closed
 from service.errors import InvalidMessage, Reason
-from service.flow.decode import Counts, split
+from service.flow.decode import split
 from service.flow.ports import TelemetryLike
-from service.flow.records import Decoded, InputRecord, Rejection, TopicPartition
+from service.flow.records import Counts, Decoded, Decoding, InputRecord, Rejection, Released, TopicPartition
 from service.formats import Fields, Format
 
 _log = structlog.get_logger("microbatch.assembly")
 
 
 class Assembly:
-    """Not thread-safe: the loop's thread only. ``parse_fields`` is the processor's: a row's features
-    (a flat mapping, feature name -> number) -> its item."""
+    """The decode stage when rows are assembled (``ports.DecodeStage``), and the items it holds back, the
+    open rows (``ports.HeldItems``). Not thread-safe: the loop's thread only. ``parse_fields`` is the
+    processor's: a row's features (a flat mapping, feature name -> number) -> its item."""
 
     def __init__(
         self,
@@ -51,7 +52,7 @@ class Assembly:
         """Rows open."""
         return len(self._assembler)
 
-    def decode(self, records: Sequence[InputRecord]) -> tuple[list[Decoded], list[Rejection], Counts]:
+    def decode(self, records: Sequence[InputRecord]) -> Decoding:
         """Feed one consumed group to the rows: ``([], rejected, counts)``. Items come out of :meth:`due`,
         as rows close. Never raises for bad input."""
         rejected: list[Rejection] = []
@@ -95,7 +96,7 @@ class Assembly:
         if taken:
             _log.info("rows_handed_over", messages=taken, open_rows=len(self._assembler))
 
-    def due(self) -> tuple[list[Decoded], list[Rejection], list[InputRecord]]:
+    def due(self) -> Released:
         """The rows that close now: ``(items, rejected, settled)``. A scored row becomes one item (its first
         message as ``record``); a row the processor refuses, a dead letter per message that fed it; an
         incomplete row settles its messages."""

@@ -4,7 +4,8 @@ A batch is due when it is full, or when its OLDEST item has waited ``max_wait_s`
 the first item and is never pushed back by later ones, so a steady trickle cannot starve it. A backlog is
 cut into full batches at once, with no waiting.
 
-"Full" means ``max_size`` items (the target, which the adaptive controller may move between batches), or,
+"Full" means ``max_size`` items (the target, read from the batch-size policy, which may move it between
+batches: ``service/flow/sizing.py``), or,
 when items have a cost, a padded cost of ``max_cost``: a text batch is padded to its longest item, so it
 costs ``count x longest``, and one long line must not make the whole batch huge.
 
@@ -24,7 +25,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from itertools import repeat
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 T = TypeVar("T")
 
@@ -36,15 +37,32 @@ on ``log-classifier``'s drain at 64-128 lines a batch: four batches' worth padde
 (docs/BENCHMARKS.md)."""
 
 
+class SizeTarget(Protocol):
+    """Where the batcher reads its target size: ``flow.sizing.BatchPolicy``, or a fixed size."""
+
+    @property
+    def target(self) -> int: ...
+
+
+class FixedSize:
+    """A target size that never moves."""
+
+    __slots__ = ("target",)
+
+    def __init__(self, target: int) -> None:
+        self.target = target
+
+
 class Batcher(Generic[T]):
     """Collects items into batches. Not thread-safe: one loop owns it.
 
-    ``cost(item)`` (optional) is an item's size in the unit ``max_cost`` caps (0: no cap), e.g. tokens.
+    ``size`` is the target size (an int: fixed), which the batcher only reads. ``cost(item)`` (optional)
+    is an item's size in the unit ``max_cost`` caps (0: no cap), e.g. tokens.
     """
 
     def __init__(
         self,
-        max_size: int,
+        size: int | SizeTarget,
         max_wait_s: float,
         clock: Clock = time.monotonic,
         *,
@@ -52,11 +70,12 @@ class Batcher(Generic[T]):
         max_cost: int = 0,
         window: int = 0,
     ) -> None:
-        if max_size < 1:
+        target = FixedSize(size) if isinstance(size, int) else size
+        if target.target < 1:
             raise ValueError("max_size must be >= 1")
         if max_wait_s <= 0:
             raise ValueError("max_wait_s must be > 0")
-        self.max_size = max_size
+        self._target = target
         self.max_wait_s = max_wait_s
         self._clock = clock
         self._cost = cost
@@ -66,6 +85,11 @@ class Batcher(Generic[T]):
 
     def __len__(self) -> int:
         return len(self._items)
+
+    @property
+    def max_size(self) -> int:
+        """The target size now."""
+        return self._target.target
 
     def add(self, item: T, arrived: float | None = None) -> None:
         """Append ``item``; ``arrived`` (default: now) is when its wait started."""
@@ -146,13 +170,13 @@ class Batcher(Generic[T]):
             return []
         if self._window > 1:
             return self._take_bucket()
-        popleft = self._items.popleft
+        popleft, size = self._items.popleft, self.max_size
         if not self._max_cost:  # no cost cap: the oldest max_size, without looking at each
-            return [popleft() for _ in range(min(len(self._items), self.max_size))]
+            return [popleft() for _ in range(min(len(self._items), size))]
         count, longest = 0, 0
         for _arrived, cost, _item in self._items:
             longest = max(longest, cost)
-            if count >= self.max_size or (count and self._over(count + 1, longest)):
+            if count >= size or (count and self._over(count + 1, longest)):
                 break
             count += 1
         return [popleft() for _ in range(count)]
@@ -163,9 +187,9 @@ class Batcher(Generic[T]):
         anchor = pool[0][1]
         nearest = sorted(range(len(pool)), key=lambda i: (abs(pool[i][1] - anchor), i))
         chosen: set[int] = set()
-        longest = 0
+        longest, size = 0, self.max_size
         for i in nearest:
-            if len(chosen) >= self.max_size:
+            if len(chosen) >= size:
                 break
             cost = pool[i][1]
             if chosen and self._over(len(chosen) + 1, max(longest, cost)):

@@ -1,10 +1,13 @@
-"""The checkpoint: which consumed offsets are done, and committing exactly those.
+"""The checkpoint: the acknowledgement path of at-least-once delivery, in one place.
 
 This class is responsible for: tracking every consumed offset until all of its outputs (one per item of
-its message) are acknowledged; storing
-each partition's watermark as acknowledgements arrive (librdkafka's auto-commit sends what is stored);
-the flush-then-commit half of the commit contract (:meth:`Checkpoint.commit`); and the bookkeeping of
-partitions assigned, revoked and lost.
+its message) are acknowledged; taking the sink's acknowledgements (the only code that does) and storing
+each partition's watermark as they arrive (librdkafka's auto-commit sends what is stored); sending a
+replacement for an output the broker refused for good; the flush-then-commit half of the commit contract
+(:meth:`Checkpoint.commit`); and the bookkeeping of partitions assigned, revoked and lost.
+
+It implements ``ports.Acknowledgements``, the contract an exactly-once (transactional) or share-group
+(per-record) strategy implements too; the loop does not know which it drives.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from operator import attrgetter
 import structlog
 
 from service.errors import OffsetOrderError
+from service.flow.encode import replace_refused
 from service.flow.offsets import OffsetTracker
 from service.flow.ports import SinkLike, SourceLike, TelemetryLike
 from service.flow.records import InputRecord, TopicPartition
@@ -28,21 +32,22 @@ _TP = attrgetter("topic", "partition")  # a record's TopicPartition
 class Checkpoint:
     """Not thread-safe: the loop's thread only (rebalance callbacks run on it too, inside ``consume``).
 
-    ``replace_refused`` sends replacements for outputs the broker refused for good and returns how many
-    (``Outputs.replace_refused``): they must be acknowledged before their offsets can be committed."""
+    A record the broker refused for good is replaced by a smaller one (its dead letter to ``dlq_topic``,
+    see :func:`service.flow.encode.replace_refused`), which must be acknowledged before its offset can be
+    committed."""
 
     def __init__(
         self,
         source: SourceLike,
         sink: SinkLike,
-        replace_refused: Callable[[], int],
+        dlq_topic: str,
         flush_timeout_s: float,
         telemetry: TelemetryLike,
         clock: Callable[[], float],
     ) -> None:
         self._source = source
         self._sink = sink
-        self._replace_refused = replace_refused
+        self._dlq_topic = dlq_topic
         self._flush_timeout_s = flush_timeout_s
         self._telemetry = telemetry
         self._clock = clock
@@ -85,6 +90,10 @@ class Checkpoint:
         for record in records:
             done(record.tp, record.offset)
 
+    def poll(self) -> None:
+        """Take the deliveries the sink reports now (without waiting): :meth:`acknowledge` them."""
+        self.acknowledge(self._sink.poll(0))
+
     def acknowledge(self, acked: Sequence[InputRecord]) -> int:
         """Fold acknowledged deliveries into the watermarks and store whatever moved; send replacements
         for outputs the broker refused for good. Returns how many replacements were sent."""
@@ -98,6 +107,20 @@ class Checkpoint:
         if offsets:
             self._source.store(offsets)
         return self._replace_refused()
+
+    def _replace_refused(self) -> int:
+        """Send a replacement for each record the broker refused for good since the last call; returns how
+        many were sent. One with nothing smaller left to send is logged, and its input's offset stays
+        uncommitted."""
+        sent = 0
+        for out, why in self._sink.take_refused():
+            replacement = replace_refused(out, why, self._dlq_topic)
+            if replacement is None:
+                _log.error("dead_letter_undeliverable", offset=out.source.offset, error=why)
+            else:
+                self._sink.send(replacement)
+                sent += 1
+        return sent
 
     def commit(self) -> bool:
         """Steps 2 to 4 of the commit contract (``Pipeline.commit`` does step 1, processing everything
@@ -136,6 +159,10 @@ class Checkpoint:
     def in_flight(self) -> int:
         """Outputs of consumed messages not acknowledged yet (one per item)."""
         return self._tracker.in_flight()
+
+    def owned(self) -> int:
+        """Partitions assigned to this consumer now."""
+        return len(self.assigned)
 
     @property
     def stale_acks(self) -> int:

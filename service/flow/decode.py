@@ -7,23 +7,19 @@ with a typed decoder, with no intermediate fields.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from functools import partial
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import msgspec
 
 from service.errors import InvalidMessage, Reason
 from service.flow.fields import FieldWatch
-from service.flow.records import Decoded, InputRecord, Rejection, TopicPartition
+from service.flow.records import Counts, Decoded, InputRecord, Rejection
 from service.formats import Entry, Format, Picker
 from service.formats.plain import json_object, parse_json
-from service.processors.base import Processor, prepare
+from service.processors.base import Capabilities, Processor
 
 Parse = Callable[[bytes], Any]
-Counts = list[tuple[InputRecord, int]]
-"""Messages that hold other than one item, with how many: their offsets are done only when that many
-outputs are acknowledged (zero: at once)."""
 
 
 def check(record: InputRecord, max_value_bytes: int) -> Rejection | None:
@@ -106,36 +102,39 @@ def prepare_all(decoded: Sequence[Decoded], prepare: Prepare) -> tuple[list[Deco
 _RAW_FORMATS = ("json", "text")
 
 
-def takes_format(processor: Processor, fmt: Format) -> bool:
-    """Whether ``processor`` can read items of ``fmt``: any, with ``parse_fields``; else json and text."""
-    return hasattr(processor, "parse_fields") or fmt.name in _RAW_FORMATS
+def takes_format(caps: Capabilities, fmt: Format) -> bool:
+    """Whether a processor with ``caps`` can read items of ``fmt``: any, with ``parse_fields``; else json
+    and text."""
+    return caps.parse_fields is not None or fmt.name in _RAW_FORMATS
 
 
 class Decoder:
-    """Turns one consumed group into items for the batcher and rejections for the dead-letter topic: the
-    format's split and the processor's parse per message, then the processor's optional ``prepare`` over
-    the whole group. Requires ``takes_format(processor, fmt)``."""
+    """The decode stage of one item per message or per record (``ports.DecodeStage``): turns one consumed
+    group into items for the batcher and rejections for the dead-letter topic: the format's split and the
+    processor's parse per message, then the processor's optional ``prepare`` over the whole group. Holds
+    nothing back between groups. Requires ``takes_format(caps, fmt)``; ``caps`` are the processor's."""
 
     def __init__(
         self,
         fmt: Format,
         processor: Processor,
+        caps: Capabilities,
         max_value_bytes: int,
         include: Picker | None = None,
         watch: FieldWatch | None = None,
     ) -> None:
-        if not takes_format(processor, fmt):
+        if not takes_format(caps, fmt):
             raise ValueError(f"this processor cannot read {fmt.name} items: it has no parse_fields")
         self._limit = max_value_bytes
         self._parse = processor.parse
-        self._parse_fields: Callable[[Any], Any] | None = getattr(processor, "parse_fields", None)
+        self._parse_fields = caps.parse_fields
         self._split = fmt.split
         self._fans_out = fmt.fans_out
         self._include = include or Picker([])
         # The raw value goes straight to parse for json (the fast path: typed decoding of exactly the
         # processor's fields) unless fields are copied into results, which needs them all decoded.
         self._raw = self._parse_fields is None or (fmt.name == "json" and not self._include)
-        self._prepare = partial(prepare, processor) if hasattr(processor, "prepare") else None
+        self._prepare = caps.prepare if caps.prepare_hook is not None else None
         self._watch = watch
 
     def decode(self, records: Sequence[InputRecord]) -> tuple[list[Decoded], list[Rejection], Counts]:
@@ -179,13 +178,6 @@ class Decoder:
                 entries = [{}]
             for entry in entries:
                 watch.see(entry if isinstance(entry, Mapping) else {})
-
-    def due(self) -> tuple[list[Decoded], list[Rejection], list[InputRecord]]:
-        """Nothing waits in a plain decoder (only assembled rows do, ``flow.assembly``): always empty."""
-        return [], [], []
-
-    def discard(self, tps: Iterable[TopicPartition]) -> None:
-        """Nothing waits in a plain decoder: nothing to give up."""
 
     def _items(
         self, record: InputRecord, accepted: list[Decoded], rejected: list[Rejection], counts: Counts

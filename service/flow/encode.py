@@ -8,17 +8,10 @@ import msgspec
 
 from service.assemble import Closed
 from service.errors import Reason
+from service.flow.model import ModelRef
 from service.flow.records import Headers, InputRecord, OutRecord, Rejection
 
 _ENCODER = msgspec.json.Encoder()
-
-
-class ModelRef(msgspec.Struct, frozen=True):
-    """How results name the model that produced them."""
-
-    name: str
-    version: str
-    provider: str
 
 
 class _Source(msgspec.Struct, gc=False, omit_defaults=True):

@@ -13,15 +13,15 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, wait
 from dataclasses import dataclass
-from typing import Any
 
 import structlog
 
-from service.errors import BatchMismatchError, EngineFailedError, InvalidMessage, Reason, is_out_of_memory
+from service.errors import EngineFailedError, InvalidMessage, Reason, is_out_of_memory
 from service.flow.inflight import InFlight, Inline, OffloadPolicy, timed_run
+from service.flow.model import Model
 from service.flow.ports import EngineLike, ExecutorLike
 from service.flow.records import Decoded
-from service.processors.base import Processor, ResultOrError, Tensors, prepare
+from service.processors.base import ResultOrError, Tensors
 
 _log = structlog.get_logger("microbatch.inference")
 
@@ -50,8 +50,7 @@ class Inference:
 
     def __init__(
         self,
-        engine: EngineLike,
-        processor: Processor,
+        model: Model[EngineLike],
         executor: ExecutorLike,
         depth: int,
         clock: Callable[[], float],
@@ -60,8 +59,7 @@ class Inference:
     ) -> None:
         """``on_split()``: a failed batch was split; ``on_out_of_memory(size)``: because a batch of
         ``size`` items ran out of memory (the batch size should drop for a while)."""
-        self._engine = engine
-        self._processor = processor
+        self._model = model
         self._executor = executor
         self._inline = Inline()
         self._offload = OffloadPolicy()
@@ -83,7 +81,7 @@ class Inference:
         queued as failed, to be split when its turn comes, so results still leave in batch order."""
         started = self._clock()
         try:
-            feeds = self._processor.preprocess([d.item for d in batch])
+            feeds = self._model.processor.preprocess([d.item for d in batch])
         except Exception as exc:
             failed: Future[tuple[Tensors, float]] = Future()
             failed.set_exception(exc)
@@ -91,7 +89,7 @@ class Inference:
             return
         prep_s = self._clock() - started
         executor = self._executor if self._offload.offload else self._inline
-        future = executor.submit(timed_run, self._engine, feeds, self._clock)
+        future = executor.submit(timed_run, self._model.engine, feeds, self._clock)
         self._inflight.append(InFlight(batch, future, prep_s, padding, started))
 
     def finished(self, timeout_s: float | None) -> Iterator[Finished]:
@@ -113,7 +111,7 @@ class Inference:
                 outputs, run_s = head.future.result()
                 self._offload.observe(run_s)
                 items = [d.item for d in head.batch]
-                answers = list(zip(head.batch, self._postprocess(outputs, items), strict=True))
+                answers = list(zip(head.batch, self._model.postprocess(outputs, items), strict=True))
             except Exception as exc:
                 answers = list(self._split(head.batch, exc))
             service_s = head.prep_s + (run_s or 0.0) + self._clock() - begun
@@ -132,7 +130,7 @@ class Inference:
     def _infer(self, batch: Sequence[Decoded]) -> Iterator[Answer]:
         """Yield (item, result) for every item, running the batch on this thread."""
         try:
-            results = self._run([d.item for d in batch])
+            results = self._model.score([d.item for d in batch])
         except Exception as exc:
             yield from self._split(batch, exc)
             return
@@ -162,17 +160,8 @@ class Inference:
         yield from self._infer(batch[:half])
         yield from self._infer(batch[half:])
 
-    def _run(self, items: list[Any]) -> list[ResultOrError]:
-        return self._postprocess(self._engine.run(self._processor.preprocess(items)), items)
-
-    def _postprocess(self, outputs: Tensors, items: list[Any]) -> list[ResultOrError]:
-        results = self._processor.postprocess(outputs, items)
-        if len(results) != len(items):
-            raise BatchMismatchError(f"{len(results)} results for {len(items)} inputs")
-        return results
-
     def _check_engine(self, item_error: Exception) -> None:
         try:
-            self._run(prepare(self._processor, [self._processor.sample()]))
+            self._model.score(self._model.samples(1))
         except Exception as exc:
             raise EngineFailedError(f"the model fails on a known-good sample too: {exc}") from item_error

@@ -3,7 +3,8 @@
 This class is responsible for: one output record per item of a finished batch (its result, or a dead
 letter when the item failed or its result cannot be encoded; an assembled row that fails gets one per
 message that fed it), in batch order; a dead letter for every
-message rejected before batching; and what to send instead of a record the broker refused for good.
+message rejected before batching. What the broker acknowledges, or refuses, is the checkpoint's business
+(``flow.checkpoint``).
 """
 
 from __future__ import annotations
@@ -11,16 +12,14 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
-import structlog
 
 from service.errors import InvalidMessage, Reason
 from service.flow.assembly import dead_letters
-from service.flow.encode import ModelRef, dead_letter, replace_refused, result_record, row_record
+from service.flow.encode import dead_letter, result_record, row_record
 from service.flow.inference import Finished
+from service.flow.model import ModelRef
 from service.flow.ports import SinkLike, TelemetryLike
 from service.flow.records import Decoded, OutRecord, Rejection
-
-_log = structlog.get_logger("microbatch.outputs")
 
 
 class Outputs:
@@ -90,17 +89,3 @@ class Outputs:
         """Queue the dead letter of one message."""
         self._telemetry.rejected(rejection.reason)
         self._sink.send(dead_letter(rejection, self._dlq_topic))
-
-    def replace_refused(self) -> int:
-        """Send a replacement for each record the broker refused for good since the last call (see
-        :func:`service.flow.encode.replace_refused`); returns how many were sent. One with nothing
-        smaller left to send is logged, and its input's offset stays uncommitted."""
-        sent = 0
-        for out, why in self._sink.take_refused():
-            replacement = replace_refused(out, why, self._dlq_topic)
-            if replacement is None:
-                _log.error("dead_letter_undeliverable", offset=out.source.offset, error=why)
-            else:
-                self._sink.send(replacement)
-                sent += 1
-        return sent

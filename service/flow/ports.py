@@ -5,14 +5,14 @@ hand-written fakes. Nothing here imports a client."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 from typing import Any, Protocol
 
 import numpy as np
 
 from service.errors import Reason
-from service.flow.records import InputRecord, LoopState, OutRecord, TopicPartition
+from service.flow.records import Decoding, InputRecord, LoopState, OutRecord, Released, TopicPartition
 from service.processors.base import Tensors
 
 
@@ -58,6 +58,78 @@ class SinkLike(Protocol):
     def take_refused(self) -> list[tuple[OutRecord, str]]: ...
 
     def pending(self) -> int: ...
+
+
+class DecodeStage(Protocol):
+    """Consumed records -> items for the batcher (``flow.decode.Decoder``: one per message or record;
+    ``flow.assembly.Assembly``: rows assembled from many). Never raises for bad input."""
+
+    def decode(self, records: Sequence[InputRecord]) -> Decoding: ...
+
+
+class HeldItems(Protocol):
+    """A stage that holds items back across loop rounds (``flow.assembly.Assembly``: rows still open).
+    The loop asks it every round for what is due, and tells it of partitions handed over."""
+
+    def due(self) -> Released: ...
+
+    def discard(self, tps: Iterable[TopicPartition]) -> None:
+        """Give up what is held for ``tps`` (handed over or lost): their new owner reads them again."""
+        ...
+
+    def __len__(self) -> int:
+        """Items held."""
+        ...
+
+
+class Acknowledgements(Protocol):
+    """When a consumed message is done, and making that durable: the one acknowledgement contract.
+
+    At-least-once (``flow.checkpoint.Checkpoint``): a message is done when every output of it is
+    acknowledged by the broker; its offset is then stored and committed. Exactly-once (results and
+    offsets in one transaction) and a share group (per-record acknowledgements) are other strategies of the
+    same contract, chosen at start-up; the loop does not know which it drives. All calls come from the
+    loop's thread (rebalance callbacks included)."""
+
+    @property
+    def stale_acks(self) -> int:
+        """Acknowledgements that came for offsets no longer tracked (a partition handed over meanwhile)."""
+        ...
+
+    def track(self, records: Sequence[InputRecord]) -> None:
+        """``records`` were consumed: each is outstanding until its outputs are done."""
+        ...
+
+    def expect(self, counts: Sequence[tuple[InputRecord, int]]) -> None:
+        """Messages just tracked that hold other than one item: how many outputs each awaits."""
+        ...
+
+    def settle(self, records: Sequence[InputRecord]) -> None:
+        """One output of each of ``records`` will never come, by design: count it done."""
+        ...
+
+    def poll(self) -> None:
+        """Take what the sink reports now, without waiting, and make progress durable as it allows."""
+        ...
+
+    def commit(self) -> bool:
+        """Wait for every output sent, then make everything done durable. Returns whether the broker took
+        it."""
+        ...
+
+    def assign(self, tps: Sequence[TopicPartition]) -> None: ...
+
+    def revoke(self, tps: Sequence[TopicPartition]) -> None: ...
+
+    def lose(self, tps: Sequence[TopicPartition]) -> None: ...
+
+    def in_flight(self) -> int:
+        """Outputs of consumed messages not done yet."""
+        ...
+
+    def owned(self) -> int:
+        """Partitions owned now."""
+        ...
 
 
 class EngineLike(Protocol):

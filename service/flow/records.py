@@ -84,6 +84,19 @@ class OutRecord(msgspec.Struct, frozen=True, gc=False):
     answers each of them once."""
 
 
+Counts = list[tuple[InputRecord, int]]
+"""Messages that hold other than one item, with how many: their offsets are done only when that many
+outputs are acknowledged (zero: at once)."""
+
+Decoding = tuple[list[Decoded], list[Rejection], Counts]
+"""What a decode stage makes of a consumed group: items for the batcher, rejections for the dead-letter
+topic, and the messages holding other than one item (:data:`Counts`), each in consumption order."""
+
+Released = tuple[list[Decoded], list[Rejection], list[InputRecord]]
+"""What a stage that holds items back releases: items now due, their rejections, and the messages one of
+whose outputs will never come (a row closed incomplete): settled as if acknowledged."""
+
+
 @dataclass(frozen=True, slots=True)
 class LoopState:
     """What the loop looks like now, for the state gauges and the stats line (built about once a second)."""

@@ -1,8 +1,10 @@
-"""The adaptive batch size: AIMD within [min_size, max_size], driven by service time, load and backlog,
-and a drain regime up to ``drain_max`` while a backlog is late.
+"""The batch size, decided in one place: :class:`BatchPolicy`, which the loop asks for the target the
+batcher cuts at and whether an idle loop may cut a batch early, and tells of every finished batch and of a
+batch that ran out of memory. Inside it, the adaptive controller: AIMD within [min_size, max_size], driven
+by service time, load and backlog, and a drain regime up to ``drain_max`` while a backlog is late.
 
-Pure (no I/O; :class:`Sizing` takes an injected clock): the loop reports every finished batch and reads back
-the target. The rules, applied per batch, in order:
+Pure (no I/O; :class:`BatchPolicy` takes an injected clock). The controller's rules, applied per batch, in
+order:
 
 1. **Over budget -> multiplicative decrease.** A batch whose service time (pre-process + inference +
    post-process) exceeded the budget halves the target. The budget is what the latency SLO leaves for
@@ -142,6 +144,16 @@ class BatchSizeController:
             return Decision(self.target, "idle")
         return Decision(self.target, "steady")
 
+    @property
+    def stretched(self) -> bool:
+        """The target is past ``max_size`` (the stretch or the drain regime)."""
+        return self.target > self.max_size
+
+    def limit(self, cap: int) -> None:
+        """Go on from ``cap`` (a batch size that fit in memory): once the cap is lifted, the target grows
+        back step by step instead of jumping back to the size that did not fit."""
+        self.target = min(self.target, cap)
+
     def _drain(self) -> Decision:
         self.target = min(self._ceiling, max(self.target * 2, self.max_size))
         return Decision(self.target, "drain")
@@ -164,6 +176,8 @@ class BatchSizeController:
 class FixedBatchSize:
     """The controller's stand-in when adaptive batching is off: the target is always ``max_size``."""
 
+    stretched = False
+
     def __init__(self, max_size: int) -> None:
         self.target = max_size
 
@@ -171,6 +185,9 @@ class FixedBatchSize:
         self, size: int, service_s: float, backlog: int, busy: float = 0.0, rate: float = 0.0
     ) -> Decision:
         return Decision(self.target, "fixed")
+
+    def limit(self, cap: int) -> None:
+        """A fixed size does not move: the policy applies a cap itself while it lasts."""
 
 
 class BusyShare:
@@ -204,17 +221,33 @@ OUT_OF_MEMORY_HOLD_S = 60.0
 """How long a batch that ran out of memory holds the batch size at half its size."""
 
 
-class Sizing:
-    """The target batch size after every batch: ``controller`` fed with the batch's service time, the
-    backlog, how busy the loop is and how fast it serves (:class:`BusyShare`, measured here on ``clock``);
-    held under a cap for a while after a batch ran out of memory (:meth:`out_of_memory`)."""
+class BatchPolicy:
+    """The one owner of the batch size. The loop asks it for :attr:`target` (the size the batcher cuts
+    at: the controller's, held under a cap for a while after a batch ran out of memory) and whether an
+    idle loop may cut a batch early (:meth:`may_cut_early`); it tells it of every finished batch
+    (:meth:`observe`: service time, backlog, and how busy the loop is and how fast it serves, measured
+    here on ``clock`` with :class:`BusyShare`) and of a batch that ran out of memory
+    (:meth:`out_of_memory`). ``natural``: natural batching (``MICROBATCH_BATCH__NATURAL``)."""
 
-    def __init__(self, controller: BatchSizeController | FixedBatchSize, clock: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        controller: BatchSizeController | FixedBatchSize,
+        clock: Callable[[], float],
+        *,
+        natural: bool = False,
+    ) -> None:
         self._controller = controller
         self._busy = BusyShare()
         self._clock = clock
+        self._natural = natural
         self._cap = 0
         self._cap_until = float("-inf")  # no hold
+        self._target = controller.target
+
+    @property
+    def target(self) -> int:
+        """The size the next batch is cut at."""
+        return self._target
 
     def observe(self, size: int, service_s: float, backlog: int) -> int:
         """Fold in a batch of ``size`` items that took ``service_s`` seconds with ``backlog`` messages
@@ -222,13 +255,11 @@ class Sizing:
         busy = self._busy.observe(service_s, self._clock(), size)
         target = self._controller.observe(size, service_s, backlog, busy, self._busy.rate).target
         cap = self.cap
-        if cap is None or target <= cap:
-            return target
-        if isinstance(self._controller, BatchSizeController):
-            # The controller goes on from the cap, so it grows back step by step once the hold ends
-            # instead of jumping back to the size that did not fit.
-            self._controller.target = cap
-        return cap
+        if cap is not None and target > cap:
+            self._controller.limit(cap)
+            target = cap
+        self._target = target
+        return target
 
     def out_of_memory(self, size: int) -> None:
         """A batch of ``size`` items ran out of memory (it was split, nothing lost): no batch above half
@@ -239,12 +270,16 @@ class Sizing:
         self._cap = half if held is None else min(held, half)
         self._cap_until = self._clock() + OUT_OF_MEMORY_HOLD_S
 
+    def may_cut_early(self, computing: bool) -> bool:
+        """Natural batching: whether an idle moment may cut the open batch before it is full or due. Only
+        with nothing ``computing``, and not while the target is past ``max_size`` (the stretch or the
+        drain regime): the load needs large batches then, and an early cut would only add batches."""
+        return self._natural and not computing and not self._controller.stretched
+
     @property
     def stretched(self) -> bool:
-        """The target is past ``max_size`` (the stretch or the drain regime): the load needs large
-        batches, so an idle moment must not cut a small one (natural batching waits then)."""
-        controller = self._controller
-        return isinstance(controller, BatchSizeController) and controller.target > controller.max_size
+        """The target is past ``max_size`` (the stretch or the drain regime)."""
+        return self._controller.stretched
 
     @property
     def cap(self) -> int | None:

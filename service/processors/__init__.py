@@ -6,9 +6,18 @@ import importlib
 
 from service.config import ModelSettings
 from service.errors import ConfigError
-from service.processors.base import ModelInfo, Processor, ResultOrError, Tensors, prepare
+from service.processors.base import Capabilities, ModelInfo, Processor, ResultOrError, Tensors, prepare
 
-__all__ = ["ModelInfo", "Processor", "ResultOrError", "Tensors", "fitting", "load_processor", "prepare"]
+__all__ = [
+    "Capabilities",
+    "ModelInfo",
+    "Processor",
+    "ResultOrError",
+    "Tensors",
+    "fitting",
+    "load_processor",
+    "prepare",
+]
 
 _SETTING = ModelSettings.env("processor")
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -81,7 +81,8 @@ class Processor(Protocol):
     ``postprocess`` needs about the inputs, take from ``items``.
     - ``sample`` returns a valid item, used to warm the model up before the first real batch.
 
-    Three optional methods (looked up with getattr; :func:`prepare` applies the second):
+    Three optional methods and two optional attributes, found once when the model loads
+    (:class:`Capabilities`); nothing looks for them afterwards:
 
     - ``parse_fields(fields) -> item`` runs per item of every other format (``service.formats``): the
       item's named fields (nested mappings) -> item, reading them by path (``service.formats.paths``);
@@ -92,6 +93,8 @@ class Processor(Protocol):
     - ``cost(item) -> int`` is an item's size (text: tokens). With it, batches are capped at
       ``MICROBATCH_BATCH__MAX_TOKENS`` padded and grouped by similar cost (``BUCKET_WINDOW``), and the
       stats report padding efficiency, assuming ``preprocess`` pads to the batch's costliest item.
+    - ``fields``: the event fields it reads (the first events are watched for them); ``features``: its
+      named numeric features, in the model's order (rows can be assembled for them).
     """
 
     def parse(self, value: bytes) -> Any: ...
@@ -103,15 +106,42 @@ class Processor(Protocol):
     def sample(self) -> Any: ...
 
 
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What a processor offers beyond the four required methods (see :class:`Processor`), looked up once,
+    when the model loads: the only place that asks a processor what it has."""
+
+    parse_fields: Callable[[Fields], Any] | None = None
+    prepare_hook: Callable[[list[Any]], Sequence[Any]] | None = None
+    cost: Callable[[Any], int] | None = None
+    fields: tuple[str, ...] = ()
+    features: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, processor: Processor) -> Capabilities:
+        return cls(
+            parse_fields=getattr(processor, "parse_fields", None),
+            prepare_hook=getattr(processor, "prepare", None),
+            cost=getattr(processor, "cost", None),
+            fields=tuple(getattr(processor, "fields", ())),
+            features=tuple(getattr(processor, "features", None) or ()),
+        )
+
+    def prepare(self, items: list[Any]) -> list[Any]:
+        """Apply the ``prepare`` hook (identity without one). Raises what it raises, and
+        BatchMismatchError when it changed the count."""
+        hook = self.prepare_hook
+        if hook is None:
+            return items
+        prepared = hook(items)
+        if len(prepared) != len(items):
+            raise BatchMismatchError(f"prepare returned {len(prepared)} items for {len(items)}")
+        return list(prepared)
+
+
 def prepare(processor: Processor, items: list[Any]) -> list[Any]:
-    """Apply the processor's optional ``prepare`` hook (identity without one). Raises what it raises."""
-    hook = getattr(processor, "prepare", None)
-    if hook is None:
-        return items
-    prepared = hook(items)
-    if len(prepared) != len(items):
-        raise BatchMismatchError(f"prepare returned {len(prepared)} items for {len(items)}")
-    return list(prepared)
+    """:meth:`Capabilities.prepare` for a processor on its own (tooling that has no loaded model)."""
+    return Capabilities.of(processor).prepare(items)
 
 
 def field_paths(setting: str, texts: Sequence[str]) -> list[tuple[str, tuple[str, ...]]]:
@@ -128,14 +158,6 @@ def required_field(fields: Fields, text: str, path: tuple[str, ...]) -> Any:
     if value is MISSING:
         raise InvalidMessage(Reason.INVALID_EVENT, f"field {text!r} is missing")
     return value
-
-
-def rows_to_results(outputs: Tensors, count: int) -> list[ResultOrError]:
-    """Every output under its own name, one result per row (kept here for processors written against it;
-    ``processors.outputs.results_for(info)`` applies all the rules, class names and settings too)."""
-    from service.processors.outputs import rows_to_results as plain
-
-    return plain(outputs, count)
 
 
 def setting(info: ModelInfo, key: str, env: str | None = None, *, required: bool = True) -> Any:

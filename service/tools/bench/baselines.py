@@ -44,10 +44,11 @@ from confluent_kafka import Consumer, KafkaError, Message, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from service.config import Settings, load_settings, require_topics
-from service.engine import Model, load_model, warm_up
+from service.engine import load_model, warm_up
 from service.errors import ConfigError, InvalidMessage, Reason
 from service.flow.decode import decode
 from service.flow.encode import dead_letter, result_record
+from service.flow.model import Model
 from service.flow.offsets import OffsetTracker
 from service.flow.records import Headers, InputRecord, OutRecord, Rejection, TopicPartition
 from service.kafka.delivery import Batch

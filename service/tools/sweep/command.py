@@ -23,9 +23,11 @@ from typing import Any
 from pydantic import ValidationError
 
 from service.config import BatchSettings, KafkaSettings, ModelSettings, Settings
-from service.engine import Model, load_model
+from service.engine import load_model
 from service.engine.memory import DeviceMemory
+from service.engine.session import Engine
 from service.errors import ConfigError, UsageError
+from service.flow.model import Model
 from service.models.reference import reference_names
 from service.tools.sweep.measure import MIN_BATCHES, input_pool, processor_kind, sweep_sizes
 from service.tools.sweep.report import build_report, file_safe, format_report, write_json
@@ -207,7 +209,7 @@ def _parse_providers(text: str) -> list[str]:
         raise UsageError("--providers", exc.errors()[0]["msg"].removeprefix("Value error, ")) from None
 
 
-def _load(settings: Settings, providers_flag: str | None) -> Model:
+def _load(settings: Settings, providers_flag: str | None) -> Model[Engine]:
     """:func:`service.engine.load_model`, with a provider error blamed on --providers when that flag
     chose them."""
     try:

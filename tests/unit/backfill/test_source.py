@@ -9,17 +9,17 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from service.app import build_pipeline
 from service.backfill.command import offline_batch
 from service.backfill.ranges import Ranges
 from service.backfill.source import MAX_BLOCK_S, RangeSource
 from service.config import Settings
-from service.flow.encode import ModelRef
 from service.flow.inflight import Inline
+from service.flow.model import Model, ModelRef
 from service.flow.records import InputRecord, TopicPartition
 from service.observability import Health, Metrics, Telemetry
 from service.processors.base import ModelInfo
 from service.processors.features import FeaturesProcessor
+from service.startup import build_pipeline
 from tests.support.fakes import FakeClock, FakeEngine, FakeSink, FakeSource
 
 IN, OUT, DLQ = "in", "out", "dlq"
@@ -156,9 +156,7 @@ def backfill():
             settings,
             range_source,
             sink,
-            engine,
-            FeaturesProcessor(info),
-            ModelRef("m", "1", "CPUExecutionProvider"),
+            Model.of(engine, FeaturesProcessor(info), ModelRef("m", "1", "CPUExecutionProvider")),
             telemetry,
             clock=clock,
             executor=Inline(),

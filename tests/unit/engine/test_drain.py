@@ -8,8 +8,7 @@ from __future__ import annotations
 from service.config import load_settings
 from service.engine.drain import LIMIT, drain_ceiling, offline_size
 from service.engine.memory import MemoryLimit, host_limit, peak_rss
-from service.engine.model import Model
-from service.flow.encode import ModelRef
+from service.flow.model import Model, ModelRef
 
 MiB = 2**20
 
@@ -60,7 +59,7 @@ class Text(Processor):
 
 
 def model(engine: Engine, processor=None) -> Model:
-    return Model(engine, processor or Processor(), ModelRef("m", "1", "CPUExecutionProvider"))  # type: ignore[arg-type]
+    return Model.of(engine, processor or Processor(), ModelRef("m", "1", "CPUExecutionProvider"))  # type: ignore[arg-type]
 
 
 def batch(**values):

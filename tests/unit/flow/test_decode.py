@@ -12,7 +12,7 @@ from service.flow.decode import Decoder, decode, prepare_all, takes_format
 from service.flow.records import Decoded, Rejection
 from service.formats import Picker, load_format
 from service.formats.plain import JsonFormat
-from service.processors import prepare
+from service.processors import Capabilities, prepare
 from service.processors.features import FeaturesProcessor
 
 LIMIT = 64
@@ -148,7 +148,7 @@ class FanOut:
 
 def fan_out_decoder(features_info, include=None):
     processor = FeaturesProcessor(features_info(["cpu"]))
-    return Decoder(FanOut(), processor, 1024, Picker(include or []))
+    return Decoder(FanOut(), processor, Capabilities.of(processor), 1024, Picker(include or []))
 
 
 def test_one_message_fans_out_into_items_that_know_their_index(make_record, features_info):
@@ -198,7 +198,7 @@ def test_included_fields_travel_with_each_item(make_record, features_info):
 
 def test_json_with_included_fields_reads_nested_paths(make_record, features_info):
     processor = FeaturesProcessor(features_info(["cpu"]))
-    decoder = Decoder(JsonFormat(), processor, 1024, Picker(["host.name"]))
+    decoder = Decoder(JsonFormat(), processor, Capabilities.of(processor), 1024, Picker(["host.name"]))
     value = msgspec.json.encode({"cpu": 0.5, "host": {"name": "web-1"}})
     [decoded], [], [] = decoder.decode([make_record(value)])
     assert decoded.item == (0.5,)
@@ -211,7 +211,8 @@ def test_a_processor_without_parse_fields_takes_only_raw_formats(features_info):
         def parse(self, value: bytes) -> bytes:
             return value
 
-    assert takes_format(RawOnly(), load_format("json"))
-    assert takes_format(RawOnly(), load_format("text"))
-    assert not takes_format(RawOnly(), load_format("syslog"))
-    assert takes_format(FeaturesProcessor(features_info(["cpu"])), load_format("otlp-json"))
+    raw_only = Capabilities.of(RawOnly())  # type: ignore[arg-type]
+    assert takes_format(raw_only, load_format("json"))
+    assert takes_format(raw_only, load_format("text"))
+    assert not takes_format(raw_only, load_format("syslog"))
+    assert takes_format(Capabilities.of(FeaturesProcessor(features_info(["cpu"]))), load_format("otlp-json"))

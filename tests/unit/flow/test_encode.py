@@ -5,7 +5,8 @@ from __future__ import annotations
 import msgspec
 
 from service.errors import Reason
-from service.flow.encode import ModelRef, dead_letter, replace_refused, result_record
+from service.flow.encode import dead_letter, replace_refused, result_record
+from service.flow.model import ModelRef
 from service.flow.records import Rejection
 
 MODEL = ModelRef("metrics-anomaly", "2.0.1", "CPUExecutionProvider")

@@ -8,6 +8,7 @@ import msgspec
 from service.flow.decode import Decoder
 from service.flow.fields import FieldWatch
 from service.formats import Picker, load_format
+from service.processors import Capabilities
 from service.processors.features import FeaturesProcessor
 
 
@@ -39,7 +40,9 @@ def test_the_decoder_shows_the_watch_what_each_format_carries(make_record, featu
     raw = msgspec.json.encode({"cpu_pc": 1.0, "host": "a"})
     for include in ([], ["host"]):  # the fast path reads raw values; copying fields, every format's path
         watch, reports = _watch(processor.fields, events=2)
-        decoder = Decoder(load_format("json"), processor, 1 << 20, Picker(include), watch)
+        decoder = Decoder(
+            load_format("json"), processor, Capabilities.of(processor), 1 << 20, Picker(include), watch
+        )
         accepted, rejected, _counts = decoder.decode([make_record(raw), make_record(b"not json")])
         assert not accepted and len(rejected) == 2  # dead letters still, as they were
         assert reports == [("cpu_pct", ["cpu_pc"])], include

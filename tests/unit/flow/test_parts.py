@@ -6,7 +6,8 @@ from __future__ import annotations
 from service.flow.backlog import Backlog
 from service.flow.backpressure import BackPressure
 from service.flow.checkpoint import Checkpoint
-from service.flow.encode import ModelRef, result_record
+from service.flow.encode import result_record
+from service.flow.model import ModelRef
 from service.flow.records import InputRecord
 from service.observability import Health, Metrics, Telemetry
 from tests.support.fakes import FakeSink, FakeSource
@@ -68,7 +69,7 @@ def test_back_pressure_pauses_at_the_limit_resumes_at_half_and_only_then_resumes
 def make_checkpoint(clock, events, **sink_policy) -> tuple[Checkpoint, FakeSource, FakeSink, Telemetry]:
     source, sink = FakeSource([], clock, events), FakeSink(events, **sink_policy)
     telemetry = Telemetry(Metrics(), Health(60, 30, clock), 3600, clock)
-    return Checkpoint(source, sink, lambda: 0, 30.0, telemetry, clock), source, sink, telemetry
+    return Checkpoint(source, sink, "dead", 30.0, telemetry, clock), source, sink, telemetry
 
 
 def send_results(sink: FakeSink, records: list[InputRecord]) -> None:

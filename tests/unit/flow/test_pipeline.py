@@ -1,4 +1,4 @@
-"""service/flow/pipeline.py: the loop and its parts, wired as ``service.app.build_pipeline`` wires them,
+"""service/flow/pipeline.py: the loop and its parts, wired as ``service.startup.build_pipeline`` wires them,
 driven by hand-written fakes behind SourceLike/SinkLike/EngineLike, the real FeaturesProcessor, the real
 Telemetry and a fake clock."""
 
@@ -15,17 +15,17 @@ import msgspec
 import numpy as np
 import pytest
 
-from service.app import build_pipeline
 from service.config import Settings
 from service.errors import EngineFailedError, Reason, is_out_of_memory
 from service.flow.batcher import POOL_BATCHES
-from service.flow.encode import ModelRef
 from service.flow.inflight import Inline, OffloadPolicy
+from service.flow.model import Model, ModelRef
 from service.flow.pipeline import Pipeline
 from service.flow.records import InputRecord, OutRecord, TopicPartition
 from service.observability import Health, Metrics, Telemetry
 from service.processors.base import ModelInfo
 from service.processors.features import FeaturesProcessor
+from service.startup import build_pipeline
 from service.tools.poison import POISON_KINDS, make_poison
 from tests.support.fakes import (
     Assign,
@@ -165,13 +165,13 @@ def rig(clock):
             settings,
             source,
             sink,
-            engine,
-            processor,
-            MODEL,
+            Model.of(engine, processor, MODEL),
             telemetry,
             clock=clock,
             wall_ms=lambda: round(clock.now * 1000),
             executor=executor or Inline(),
+            # The drain ceiling start-up would measure: here, the setting's.
+            drain_max=settings.batch.drain_max_size,
         )
         source.on_exhausted = pipeline.stop
         return Rig(pipeline, telemetry, source, sink, engine, clock, events)

@@ -1,5 +1,6 @@
 """The loop with row assembly (``collectd-json`` points -> rows per host and interval), wired as
-``service.app.build_pipeline`` wires it, driven by the fakes, the real assembler and features processor, and
+``service.startup.build_pipeline`` wires it, driven by the fakes, the real assembler and features processor,
+and
 a fake clock: the delivery contract of rows."""
 
 from __future__ import annotations
@@ -9,15 +10,14 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from service.app import build_pipeline
 from service.config import Settings
-from service.engine import RowPlan
-from service.flow.encode import ModelRef
 from service.flow.inflight import Inline
+from service.flow.model import Model, ModelRef, RowPlan
 from service.flow.records import InputRecord
 from service.observability import Health, Metrics, Telemetry
 from service.processors.base import ModelInfo
 from service.processors.features import FeaturesProcessor
+from service.startup import build_pipeline
 from tests.support.fakes import At, FakeEngine, FakeSink, FakeSource, Revoke
 
 IN, OUT, DLQ = "in", "out", "dlq"
@@ -84,14 +84,16 @@ def rig(clock):
             settings,
             source,
             sink,
-            engine or FakeEngine(),
-            FeaturesProcessor(info),
-            MODEL,
+            Model.of(
+                engine or FakeEngine(),
+                FeaturesProcessor(info),
+                MODEL,
+                RowPlan((CPU, MEM), (CPU,), {MEM: 0.5}),
+            ),
             telemetry,
             clock=clock,
             wall_ms=lambda: round(clock.now * 1000),
             executor=Inline(),
-            rows=RowPlan((CPU, MEM), (CPU,), {MEM: 0.5}),
         )
         source.on_exhausted = pipeline.stop
         pipeline.telemetry, pipeline.sink, pipeline.source, pipeline.events = telemetry, sink, source, events
@@ -180,7 +182,7 @@ def test_an_offset_is_stored_only_once_every_row_it_fed_is_acknowledged(rig, clo
     assert len(pipeline.sink.outputs(OUT)) == 2
     assert stored(pipeline.events) == {}  # web-2's result alone answers nothing whole
     pipeline.sink.release()
-    pipeline._checkpoint.acknowledge(pipeline.sink.poll(0))
+    pipeline._acks.acknowledge(pipeline.sink.poll(0))
     assert stored(pipeline.events) == {(IN, 0): 3}
 
 

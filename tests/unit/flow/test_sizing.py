@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from service.flow.sizing import OUT_OF_MEMORY_HOLD_S, BatchSizeController, BusyShare, FixedBatchSize, Sizing
+from service.flow.sizing import (
+    OUT_OF_MEMORY_HOLD_S,
+    BatchPolicy,
+    BatchSizeController,
+    BusyShare,
+    FixedBatchSize,
+)
 
 SLO, WAIT = 0.25, 0.05  # budget per batch = (0.25 - 0.05) / 2 = 0.1 s
 FAST, SLOW = 0.01, 0.2
@@ -119,11 +125,11 @@ def test_with_natural_batching_idle_holds_the_target_and_backlog_still_grows_it(
 def test_sizing_says_when_the_target_is_past_max_size():
     clock = [0.0]
     controller = BatchSizeController(4, 16, SLO, WAIT, start=16, drain_max=64)
-    sizing = Sizing(controller, lambda: clock[0])
+    sizing = BatchPolicy(controller, lambda: clock[0])
     assert not sizing.stretched
     sizing.observe(16, 0.001, backlog=100)  # cheap and another batch waiting: the stretch
     assert controller.target > 16 and sizing.stretched
-    assert not Sizing(FixedBatchSize(16), lambda: clock[0]).stretched
+    assert not BatchPolicy(FixedBatchSize(16), lambda: clock[0]).stretched
 
 
 def test_busy_share_is_service_time_over_wall_time():
@@ -303,7 +309,7 @@ def test_sizing_enters_and_leaves_the_drain_on_a_fake_clock():
     is gone, the target is back within the streaming sizes at once. (Batches of 6 ms: too dear to stretch
     past MAX_SIZE, so the streaming sizes stay within it.)"""
     clock = FakeClock()
-    sizing = Sizing(draining(drain_max=128, start=4), clock)
+    sizing = BatchPolicy(draining(drain_max=128, start=4), clock)
     backlog, targets = 50_000, []
     target = 4
     while backlog > 0:
@@ -322,7 +328,7 @@ def test_running_out_of_memory_holds_the_target_at_half_for_a_while_then_it_grow
     smaller failure lowers the hold further, and once the hold ends the target grows from it again by
     the controller's own rules (doubling in the drain) rather than jumping back."""
     clock = FakeClock()
-    sizing = Sizing(draining(drain_max=128, start=4), clock)
+    sizing = BatchPolicy(draining(drain_max=128, start=4), clock)
     target = 4
     for _ in range(6):  # into the drain, up to its ceiling
         clock.now += 0.001
@@ -343,7 +349,7 @@ def test_running_out_of_memory_holds_the_target_at_half_for_a_while_then_it_grow
 
 def test_a_pinned_size_is_held_too_and_comes_back_after_the_hold():
     clock = FakeClock()
-    sizing = Sizing(FixedBatchSize(64), clock)
+    sizing = BatchPolicy(FixedBatchSize(64), clock)
     sizing.out_of_memory(64)
     assert sizing.observe(64, 0.001, 0) == 32
     clock.now += OUT_OF_MEMORY_HOLD_S

@@ -13,6 +13,7 @@ from service.flow.decode import Decoder
 from service.flow.records import InputRecord
 from service.formats import Picker
 from service.formats.plain import JsonFormat
+from service.processors import Capabilities
 from service.processors.base import ModelInfo
 from service.processors.text import TextProcessor
 
@@ -87,7 +88,9 @@ def test_shipper_documents_give_their_text_and_routing_fields(
     [document] = JsonFormat().split(value)
     assert processor.parse_fields(document) == processor.parse(value)
     record = InputRecord("logs", 0, 0, None, value, None, None, 0.0)
-    [decoded], rejected, _ = Decoder(JsonFormat(), processor, 1 << 20, Picker(include)).decode([record])
+    [decoded], rejected, _ = Decoder(
+        JsonFormat(), processor, Capabilities.of(processor), 1 << 20, Picker(include)
+    ).decode([record])
     assert rejected == []
     assert decoded.fields is not None
     assert decoded.fields.items() >= fields.items()

@@ -14,6 +14,7 @@ from service.errors import Reason
 from service.flow.decode import Decoder, decode
 from service.flow.records import Decoded, Rejection
 from service.formats.plain import TextFormat
+from service.processors import Capabilities
 from service.processors.base import ModelInfo
 from service.processors.features import FeaturesProcessor
 from service.processors.text import TextProcessor
@@ -65,9 +66,9 @@ def outcome_of(make_record, parse, value: bytes | None) -> Decoded | Rejection:
 
 def plain_outcome(make_record, processor: TextProcessor, value: bytes | None) -> Decoded | Rejection:
     """The outcome of one value of the ``text`` format."""
-    accepted, rejected, _counts = Decoder(TextFormat(), processor, MAX_VALUE_BYTES).decode(
-        [make_record(value)]
-    )
+    accepted, rejected, _counts = Decoder(
+        TextFormat(), processor, Capabilities.of(processor), MAX_VALUE_BYTES
+    ).decode([make_record(value)])
     [outcome] = accepted + rejected
     return outcome
 

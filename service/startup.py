@@ -1,0 +1,373 @@
+"""The one start-up: every part built from the settings, in one order, for every mode of the service.
+
+The order: the settings checked, the signal handlers, the metrics and probes port (so the probes answer
+while the rest starts: live, not ready), the Kafka clients, the model (loaded, warmed up, its batch sizes
+measured), the sample check, the brokers and topics, then the loop's stages. ``microbatch run`` and
+``microbatch backfill`` both start here; a mode (:class:`Mode`) differs only in the parts it swaps in:
+the backfill reads a range through an assigned consumer and cuts fixed batches.
+
+This is where the real clients, the engine and telemetry meet the Protocols the loop drives
+(``service/flow/ports.py``): the type checker holds them to those here.
+"""
+
+from __future__ import annotations
+
+import gc
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import structlog
+from confluent_kafka import KafkaException
+
+from service.assemble import Assembler, rules_for
+from service.config import (
+    AssembleSettings,
+    BatchSettings,
+    KafkaSettings,
+    Settings,
+    check_run_settings,
+    redact,
+)
+from service.engine import blamed_setting, load_model, model_setting, warm_up
+from service.engine.memory import DeviceMemory
+from service.engine.samples import check_at_start
+from service.engine.session import Engine
+from service.errors import ConfigError, NotAuthorizedError, UnknownTopicError
+from service.flow.assembly import Assembly
+from service.flow.backlog import Backlog
+from service.flow.backpressure import BackPressure
+from service.flow.batcher import Batcher
+from service.flow.checkpoint import Checkpoint
+from service.flow.decode import Decoder
+from service.flow.fields import FieldWatch
+from service.flow.inference import Inference
+from service.flow.inflight import executor_for
+from service.flow.model import Model, RowPlan
+from service.flow.outputs import Outputs
+from service.flow.parts import Parts
+from service.flow.pipeline import Pipeline
+from service.flow.ports import (
+    DecodeStage,
+    EngineLike,
+    ExecutorLike,
+    HeldItems,
+    SinkLike,
+    SourceLike,
+    TelemetryLike,
+)
+from service.flow.records import Access, Decoded, InputRecord, no_access_report
+from service.flow.sizing import BatchPolicy, BatchSizeController, FixedBatchSize
+from service.formats import Picker, load_format, parse_path
+from service.kafka import Sink, Source
+from service.kafka.causes import client_error_setting
+from service.observability import AccessReport, Health, Metrics, MetricsServer, Telemetry
+
+_log = structlog.get_logger("microbatch")
+
+Batches = Callable[[Model[EngineLike], BatchSettings], tuple[BatchSettings, int | None]]
+"""A mode's batch sizes: from the warmed-up model and the configured batch settings, the batch settings
+the loop runs with and the drain ceiling (None: no drain regime). It logs what it chose."""
+
+
+@dataclass(frozen=True, slots=True)
+class Mode:
+    """What a command swaps into the one start-up: the batch sizes warmed up before any measurement
+    (``warm``), how the loop's batch sizes are chosen (``batches``), and whether the input is a range the
+    consumer is assigned (``ranged``: the backfill) rather than a subscription."""
+
+    warm: Callable[[BatchSettings], set[int]]
+    batches: Batches
+    ranged: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Service:
+    """The parts a mode started, ready for its loop. ``settings`` are those the loop runs with (the mode's
+    batch settings in); ``drain_max`` is the drain ceiling chosen at start-up; ``server`` the metrics and
+    probes port (None when off)."""
+
+    settings: Settings
+    stop: Stop
+    metrics: Metrics
+    health: Health
+    source: Source
+    sink: Sink
+    model: Model[Engine]
+    telemetry: Telemetry
+    drain_max: int | None
+    server: MetricsServer | None
+
+    def pipeline(self, source: SourceLike | None = None) -> Pipeline:
+        """The loop over these parts; ``source`` replaces the consumer it reads (a backfill's range)."""
+        return build_pipeline(
+            self.settings,
+            source or self.source,
+            self.sink,
+            self.model,
+            self.telemetry,
+            drain_max=self.drain_max,
+        )
+
+    def serve(self, pipeline: Pipeline) -> None:
+        """Run ``pipeline`` until a signal (or it stops itself), then drain, commit and close."""
+        self.stop.attach(pipeline)
+        freeze_heap()
+        pipeline.run()
+
+
+@contextmanager
+def started(settings: Settings, mode: Mode) -> Iterator[Service | None]:
+    """Start every part for ``mode`` in the one order (see the module's docstring), and close the metrics
+    port on the way out. Yields None when a stop was requested while waiting for the brokers (the
+    consumer is closed then). Raises the configuration and environment errors of start-up (exit 2 or 3)."""
+    check_run_settings(settings)
+    stop = Stop()
+    metrics, health, server = observe(settings)
+    try:
+        source, sink = build_clients(
+            settings.kafka,
+            health.brokers,
+            AccessReport(metrics, health),
+            on_commit=metrics.committed,
+            ends=mode.ranged,
+        )
+        model = serve_model(settings, metrics, mode.warm(settings.batch))
+        batch, drain_max = mode.batches(model, settings.batch)
+        settings = settings.model_copy(update={"batch": batch})
+        check_at_start(settings, model)
+        health.warmed_up = True
+        if not check_topics(source, settings, stop.requested.is_set):
+            source.close()
+            yield None
+            return
+        telemetry = Telemetry(metrics, health, settings.log.stats_interval_s)
+        yield Service(settings, stop, metrics, health, source, sink, model, telemetry, drain_max, server)
+    finally:
+        if server is not None:
+            server.close()
+
+
+def build_pipeline(
+    settings: Settings,
+    source: SourceLike,
+    sink: SinkLike,
+    model: Model[EngineLike],
+    telemetry: TelemetryLike,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    wall_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+    executor: ExecutorLike | None = None,
+    drain_max: int | None = None,
+) -> Pipeline:
+    """The loop and its parts, wired from ``settings``; items are rows assembled from the input's data
+    points when ``model.rows`` says so. ``drain_max``: the drain ceiling measured at start-up
+    (``service.engine.drain``; None: no drain regime)."""
+    batch = settings.batch
+    controller: BatchSizeController | FixedBatchSize = (
+        BatchSizeController(
+            batch.min_size,
+            batch.max_size,
+            batch.latency_slo_ms / 1000,
+            batch.max_wait_ms / 1000,
+            drain_max=drain_max,
+            natural=batch.natural,
+        )
+        if batch.adaptive
+        else FixedBatchSize(batch.max_size)
+    )
+    policy = BatchPolicy(controller, clock, natural=batch.natural)
+    cost = model.caps.cost
+    batcher: Batcher[Decoded] = Batcher(
+        policy,
+        batch.max_wait_ms / 1000,
+        clock,
+        cost=(lambda d: cost(d.item)) if cost else None,
+        max_cost=batch.max_tokens,
+        window=batch.bucket_window,
+    )
+    inference = Inference(
+        model,
+        executor or executor_for(batch.pipeline_depth),
+        batch.pipeline_depth,
+        clock,
+        on_split=telemetry.split,
+        on_out_of_memory=policy.out_of_memory,
+    )
+    decoder, held = decode_stage(settings, model, telemetry, clock)
+    parts = Parts(
+        decoder=decoder,
+        held=held,
+        batcher=batcher,
+        inference=inference,
+        outputs=Outputs(
+            sink, settings.output.topic, settings.dlq.topic, model.ref, telemetry, clock, wall_ms
+        ),
+        acks=Checkpoint(source, sink, settings.dlq.topic, settings.output.flush_timeout_s, telemetry, clock),
+        backpressure=BackPressure(source, settings.input.max_in_flight),
+        policy=policy,
+        backlog=Backlog(source, clock),
+        telemetry=telemetry,
+    )
+    return Pipeline(
+        source, parts, topics=settings.input.topics, idle_poll_s=settings.input.idle_poll_ms / 1000
+    )
+
+
+def decode_stage(
+    settings: Settings, model: Model[EngineLike], telemetry: TelemetryLike, clock: Callable[[], float]
+) -> tuple[DecodeStage, tuple[HeldItems, ...]]:
+    """The decode stage for ``model``, and the stages that hold items back (the open rows, when rows are
+    assembled; none otherwise)."""
+    caps = model.caps
+    if model.rows is None:
+        fields = caps.fields
+        decoder = Decoder(
+            load_format(settings.input.format),
+            model.processor,
+            caps,
+            settings.input.max_value_bytes,
+            Picker(settings.output.include_fields),
+            FieldWatch(fields, telemetry.field_never_seen) if fields else None,
+        )
+        return decoder, ()
+    if caps.parse_fields is None:  # load_model's plan_rows refuses such a processor first
+        raise ConfigError(settings.assemble.env("enabled"), "assembled rows need a processor's parse_fields")
+    assembly = Assembly(
+        load_format(settings.input.format, metrics=True),
+        caps.parse_fields,
+        assembler(settings.assemble, model.rows, clock),
+        settings.input.max_value_bytes,
+        telemetry,
+    )
+    return assembly, (assembly,)
+
+
+def assembler(conf: AssembleSettings, rows: RowPlan, clock: Callable[[], float]) -> Assembler[InputRecord]:
+    """The row assembler for the model's features, from ``MICROBATCH_ASSEMBLE__*``."""
+    return Assembler(
+        rules_for(rows.features),
+        rows.required,
+        key=parse_path(conf.key),
+        interval_s=conf.interval_s,
+        max_wait_s=conf.max_wait_s,
+        grace_s=conf.grace_ms / 1000,
+        fill=conf.fill,
+        typical=rows.typical,
+        clock=clock,
+    )
+
+
+class Stop:
+    """SIGTERM and SIGINT ask the loop to finish, from the moment this is built: a stop during start-up
+    (waiting for brokers, loading the model) reaches the loop as soon as it is :meth:`attach`-ed."""
+
+    def __init__(self) -> None:
+        self.requested = threading.Event()
+        self._pipeline: Pipeline | None = None
+        signal.signal(signal.SIGTERM, self._handle)
+        signal.signal(signal.SIGINT, self._handle)
+
+    def _handle(self, _signum: int, _frame: object) -> None:
+        # Only flags: logging here could deadlock on the logger's lock held by the interrupted code.
+        self.requested.set()
+        if self._pipeline is not None:
+            self._pipeline.stop()
+
+    def attach(self, pipeline: Pipeline) -> None:
+        self._pipeline = pipeline
+        if self.requested.is_set():  # a signal before the pipeline existed
+            pipeline.stop()
+
+
+def serve_model(settings: Settings, metrics: Metrics, sizes: set[int]) -> Model[Engine]:
+    """Load the configured model, say so in the metrics, and warm ``sizes`` up (``engine.warm_up``)."""
+    model = load_model(settings)
+    metrics.model_loaded(model.ref.name, model.ref.version, model.ref.provider)
+    device = DeviceMemory.open(model.ref.provider, settings.gpu.device_id)
+    if device is not None:
+        metrics.attach_device(device)
+    warm_up(model, sizes, blamed_setting(settings.model), model_setting(settings.model))
+    return model
+
+
+def freeze_heap() -> None:
+    """Everything built so far (model, clients, modules) lives as long as the process: keep it out of the
+    cycle collector's scans, and collect less often. The loop allocates a few objects per message and
+    makes almost no cycles (records are untracked msgspec Structs)."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 100)
+
+
+def observe(settings: Settings) -> tuple[Metrics, Health, MetricsServer | None]:
+    """The metrics, the probes' state, and the HTTP port serving both, open from now on (None when
+    ``MICROBATCH_METRICS__ENABLED`` is false): readiness follows ``health``. Raises ConfigError naming the
+    port setting when it cannot be bound (taken, or not allowed)."""
+    metrics = Metrics(max_size=settings.batch.max_size)
+    health = Health(settings.metrics.liveness_timeout_s, settings.metrics.broker_timeout_s)
+    metrics.ready.set_function(lambda: float(health.ready()[0]))
+    metrics.live.set_function(lambda: float(health.live()[0]))
+    conf = settings.metrics
+    if not conf.enabled:
+        return metrics, health, None
+    try:
+        return metrics, health, MetricsServer(conf.host, conf.port, metrics.registry, health)
+    except OSError as exc:
+        raise ConfigError(conf.env("port"), f"cannot listen: {exc.strerror or exc}") from None
+
+
+def build_clients(
+    kafka: KafkaSettings,
+    on_brokers: Callable[[bool], None] = lambda _up: None,
+    on_access: Access = no_access_report,
+    *,
+    on_commit: Callable[[bool], None] = lambda _ok: None,
+    ends: bool = False,
+) -> tuple[Source, Sink]:
+    """Create both clients first, so librdkafka's own validation of the options (unknown keys, bad
+    values in the *_EXTRA settings) stops start-up as a configuration error naming the variable, with
+    every configured value taken out of librdkafka's message. Both tell ``on_access`` of permissions
+    refused while running; ``on_commit``: the consumer's auto-commit results; ``ends``: it reports where
+    partitions end (a backfill)."""
+    try:
+        return Source(kafka, on_brokers, on_access, on_commit=on_commit, ends=ends), Sink(kafka, on_access)
+    except KafkaException as exc:
+        message = exc.args[0].str()
+        setting = client_error_setting(message, kafka) or kafka.extra_setting(message)
+        raise ConfigError(setting, redact(message, kafka.private_values())) from None
+
+
+def check_topics(source: Source, settings: Settings, stopped: Callable[[], bool]) -> bool:
+    """Wait for the brokers, then insist the input topics exist; a missing output or DLQ topic is only
+    a warning (the broker may auto-create it; if not, deliveries retry and hold the commits back).
+    Returns False if a stop was requested while waiting."""
+    outputs = [settings.output.topic, settings.dlq.topic]
+    found = source.wait_ready(settings.input.topics + outputs, settings.kafka.startup_timeout_s, stopped)
+    if found is None:
+        return False
+    missing = [t for t in settings.input.topics if t not in found]
+    errors = source.topic_errors(missing + [t for t in outputs if t not in found])
+    refused = [t for t in missing if errors.get(t) == _NOT_AUTHORIZED]
+    if refused:
+        raise NotAuthorizedError(
+            f"not authorised to DESCRIBE input topic(s) {refused} ({settings.input.env('topics')}): grant "
+            f"the service's principal READ and DESCRIBE on them (docs/SECURITY.md); a topic it may not see "
+            "is not said to exist or not"
+        )
+    if missing:
+        raise UnknownTopicError(f"input topic(s) {missing} do not exist ({settings.input.env('topics')})")
+    for topic in outputs:
+        if topic in found:
+            continue
+        if errors.get(topic) == _NOT_AUTHORIZED:
+            _log.error("output_topic_not_authorized", topic=topic, needs="WRITE and DESCRIBE")
+        else:
+            _log.warning("output_topic_missing", topic=topic)
+    return True
+
+
+_NOT_AUTHORIZED = "TOPIC_AUTHORIZATION_FAILED"
