@@ -11,6 +11,7 @@ from service.engine.drain import drain_ceiling
 from service.errors import EXIT_OK
 from service.flow.model import Model
 from service.flow.ports import EngineLike
+from service.kafka import Source
 from service.startup import Mode, started
 
 _log = structlog.get_logger("microbatch")
@@ -31,7 +32,7 @@ def streaming(model: Model[EngineLike], batch: BatchSettings) -> tuple[BatchSett
     return batch, drain.size
 
 
-STREAM = Mode(warm=lambda batch: {1, batch.min_size, batch.max_size}, batches=streaming)
+STREAM = Mode(Source, warm=lambda batch: {1, batch.min_size, batch.max_size}, batches=streaming)
 """``run``'s mode: subscribed to the input topics, batches sized to the stream."""
 
 

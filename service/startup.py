@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 import structlog
 from confluent_kafka import KafkaException
@@ -59,10 +60,10 @@ from service.flow.ports import (
     SourceLike,
     TelemetryLike,
 )
-from service.flow.records import Access, Decoded, InputRecord, no_access_report
+from service.flow.records import Decoded, InputRecord
 from service.flow.sizing import BatchPolicy, BatchSizeController, FixedBatchSize
 from service.formats import Picker, load_format, parse_path
-from service.kafka import Sink, Source
+from service.kafka import ClientHooks, Sink, Source
 from service.kafka.causes import client_error_setting
 from service.observability import AccessReport, Health, Metrics, MetricsServer, Telemetry
 
@@ -73,19 +74,22 @@ Batches = Callable[[Model[EngineLike], BatchSettings], tuple[BatchSettings, int 
 the loop runs with and the drain ceiling (None: no drain regime). It logs what it chose."""
 
 
-@dataclass(frozen=True, slots=True)
-class Mode:
-    """What a command swaps into the one start-up: the batch sizes warmed up before any measurement
-    (``warm``), how the loop's batch sizes are chosen (``batches``), and whether the input is a range the
-    consumer is assigned (``ranged``: the backfill) rather than a subscription."""
+S = TypeVar("S", bound=Source)
 
+
+@dataclass(frozen=True, slots=True)
+class Mode(Generic[S]):
+    """What a command swaps into the one start-up: the consumer (``Source``, subscribed to the input
+    topics; a backfill's ``RangeReader``, assigned a range), the batch sizes warmed up before any
+    measurement (``warm``), and how the loop's batch sizes are chosen (``batches``)."""
+
+    consumer: type[S]
     warm: Callable[[BatchSettings], set[int]]
     batches: Batches
-    ranged: bool = False
 
 
 @dataclass(frozen=True, slots=True)
-class Service:
+class Service(Generic[S]):
     """The parts a mode started, ready for its loop. ``settings`` are those the loop runs with (the mode's
     batch settings in); ``drain_max`` is the drain ceiling chosen at start-up; ``server`` the metrics and
     probes port (None when off)."""
@@ -94,7 +98,7 @@ class Service:
     stop: Stop
     metrics: Metrics
     health: Health
-    source: Source
+    source: S
     sink: Sink
     model: Model[Engine]
     telemetry: Telemetry
@@ -120,7 +124,7 @@ class Service:
 
 
 @contextmanager
-def started(settings: Settings, mode: Mode) -> Iterator[Service | None]:
+def started(settings: Settings, mode: Mode[S]) -> Iterator[Service[S] | None]:
     """Start every part for ``mode`` in the one order (see the module's docstring), and close the metrics
     port on the way out. Yields None when a stop was requested while waiting for the brokers (the
     consumer is closed then). Raises the configuration and environment errors of start-up (exit 2 or 3)."""
@@ -128,13 +132,10 @@ def started(settings: Settings, mode: Mode) -> Iterator[Service | None]:
     stop = Stop()
     metrics, health, server = observe(settings)
     try:
-        source, sink = build_clients(
-            settings.kafka,
-            health.brokers,
-            AccessReport(metrics, health),
-            on_commit=metrics.committed,
-            ends=mode.ranged,
+        hooks = ClientHooks(
+            brokers=health.brokers, access=AccessReport(metrics, health), commit=metrics.committed
         )
+        source, sink = build_clients(settings.kafka, hooks, mode.consumer)
         model = serve_model(settings, metrics, mode.warm(settings.batch))
         batch, drain_max = mode.batches(model, settings.batch)
         settings = settings.model_copy(update={"batch": batch})
@@ -320,21 +321,14 @@ def observe(settings: Settings) -> tuple[Metrics, Health, MetricsServer | None]:
         raise ConfigError(conf.env("port"), f"cannot listen: {exc.strerror or exc}") from None
 
 
-def build_clients(
-    kafka: KafkaSettings,
-    on_brokers: Callable[[bool], None] = lambda _up: None,
-    on_access: Access = no_access_report,
-    *,
-    on_commit: Callable[[bool], None] = lambda _ok: None,
-    ends: bool = False,
-) -> tuple[Source, Sink]:
+def build_clients(kafka: KafkaSettings, hooks: ClientHooks, consumer: type[S]) -> tuple[S, Sink]:
     """Create both clients first, so librdkafka's own validation of the options (unknown keys, bad
     values in the *_EXTRA settings) stops start-up as a configuration error naming the variable, with
-    every configured value taken out of librdkafka's message. Both tell ``on_access`` of permissions
-    refused while running; ``on_commit``: the consumer's auto-commit results; ``ends``: it reports where
-    partitions end (a backfill)."""
+    every configured value taken out of librdkafka's message. Both tell ``hooks`` what they see (the
+    consumer the brokers, permissions and auto-commits; the producer permissions); ``consumer``:
+    ``Source``, or a backfill's ``RangeReader``."""
     try:
-        return Source(kafka, on_brokers, on_access, on_commit=on_commit, ends=ends), Sink(kafka, on_access)
+        return consumer(kafka, hooks), Sink(kafka, hooks)
     except KafkaException as exc:
         message = exc.args[0].str()
         setting = client_error_setting(message, kafka) or kafka.extra_setting(message)
@@ -346,11 +340,12 @@ def check_topics(source: Source, settings: Settings, stopped: Callable[[], bool]
     a warning (the broker may auto-create it; if not, deliveries retry and hold the commits back).
     Returns False if a stop was requested while waiting."""
     outputs = [settings.output.topic, settings.dlq.topic]
-    found = source.wait_ready(settings.input.topics + outputs, settings.kafka.startup_timeout_s, stopped)
+    probe = source.startup
+    found = probe.wait_ready(settings.input.topics + outputs, settings.kafka.startup_timeout_s, stopped)
     if found is None:
         return False
     missing = [t for t in settings.input.topics if t not in found]
-    errors = source.topic_errors(missing + [t for t in outputs if t not in found])
+    errors = probe.topic_errors(missing + [t for t in outputs if t not in found])
     refused = [t for t in missing if errors.get(t) == _NOT_AUTHORIZED]
     if refused:
         raise NotAuthorizedError(

@@ -35,6 +35,7 @@ from service.engine.drain import offline_size
 from service.errors import EXIT_OK, UsageError
 from service.flow.model import Model
 from service.flow.ports import EngineLike
+from service.kafka import RangeReader
 from service.startup import Mode, started
 
 _log = structlog.get_logger("microbatch.backfill")
@@ -86,7 +87,7 @@ def offline(model: Model[EngineLike], batch: BatchSettings) -> tuple[BatchSettin
     return offline_batch(batch, size.size), None
 
 
-OFFLINE = Mode(warm=lambda _batch: {1}, batches=offline, ranged=True)
+OFFLINE = Mode(RangeReader, warm=lambda _batch: {1}, batches=offline)
 """The backfill's mode: the range's partitions assigned, batches cut full."""
 
 

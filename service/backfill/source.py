@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
+from service.backfill.plan import PlanLookup
 from service.backfill.ranges import Ranges
 from service.flow.ports import RebalanceListener, SourceLike
 from service.flow.records import InputRecord, TopicPartition
@@ -21,13 +22,17 @@ MAX_BLOCK_S = 0.2
 
 
 class AssignableSource(SourceLike, Protocol):
-    """What :class:`service.kafka.Source` offers beyond the loop's ``SourceLike``."""
+    """What :class:`service.kafka.RangeReader` offers beyond the loop's ``SourceLike``."""
 
     def assign(self, starts: Mapping[TopicPartition, int]) -> None: ...
 
     def positions(self, tps: Sequence[TopicPartition]) -> dict[TopicPartition, int]: ...
 
     def take_ends(self) -> dict[TopicPartition, int]: ...
+
+    def offsets(self) -> PlanLookup: ...
+
+    def note(self, notes: Mapping[TopicPartition, str]) -> None: ...
 
     def pause_partitions(self, tps: Sequence[TopicPartition]) -> None: ...
 

@@ -20,9 +20,10 @@ import structlog
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from service.config import KafkaSettings, redactor
-from service.flow.records import Access, InputRecord, OutRecord, Permission, no_access_report
+from service.flow.records import InputRecord, OutRecord, Permission
 from service.kafka.access import refused_writing
 from service.kafka.delivery import Batch
+from service.kafka.hooks import NO_HOOKS, ClientHooks
 from service.kafka.watch import FatalWatch
 from service.observability.logs import client_log
 
@@ -41,10 +42,11 @@ _REFUSED = {
 
 
 class Sink:
-    """Wraps ``confluent_kafka.Producer`` (idempotent, acks=all). ``on_access`` is told of WRITE on a topic
-    refused, and of it working again (a delivery to that topic acknowledged)."""
+    """Wraps ``confluent_kafka.Producer`` (idempotent, acks=all). Of ``hooks``, only ``access`` is told:
+    of WRITE on a topic refused, and of it working again (a delivery to that topic acknowledged); the
+    consumer alone reports the brokers and the commits."""
 
-    def __init__(self, settings: KafkaSettings, on_access: Access = no_access_report) -> None:
+    def __init__(self, settings: KafkaSettings, hooks: ClientHooks = NO_HOOKS) -> None:
         self._redact = redactor(settings.private_values())
         self._fatal = FatalWatch("producer", redact=self._redact)
         options = settings.producer_config()
@@ -56,7 +58,7 @@ class Sink:
         self._refused: list[tuple[OutRecord, str]] = []
         self._retry: list[tuple[float, int, OutRecord]] = []
         self._failure_log: dict[tuple[str, int], tuple[float, int]] = {}
-        self._on_access = on_access
+        self._on_access = hooks.access
         self._refused_topics: set[str] = set()  # WRITE refused, until a delivery to it is acknowledged
 
     def send_all(self, outs: Sequence[OutRecord]) -> None:

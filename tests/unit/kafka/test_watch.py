@@ -13,6 +13,7 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from service.config import KafkaSettings, Settings, check_run_settings
 from service.errors import ConfigError, FatalKafkaError
+from service.kafka.hooks import ClientHooks
 from service.kafka.source import Source
 from service.kafka.watch import FatalWatch
 
@@ -47,7 +48,7 @@ def test_a_fatal_error_stops_the_loop_with_librdkafkas_code():
 )
 def test_statistics_report_whether_any_broker_is_up(states, up):
     seen: list[bool] = []
-    source = Source(KafkaSettings(bootstrap_servers="127.0.0.1:1"), seen.append)
+    source = Source(KafkaSettings(bootstrap_servers="127.0.0.1:1"), ClientHooks(brokers=seen.append))
     try:
         brokers = {f"b{i}:9092/{i}": {"state": s, "nodeid": i, "rtt": {}} for i, s in enumerate(states)}
         source._on_stats(json.dumps({"name": "c", "brokers": brokers, "topics": {}}))
@@ -76,7 +77,7 @@ def test_auto_commits_are_reported_and_a_failure_is_logged_when_it_starts_and_en
     """librdkafka's commit callback: nothing stored is no commit; an error, or one on a partition, is a
     failure, logged once per outage."""
     seen: list[bool] = []
-    source = Source(KafkaSettings(bootstrap_servers="127.0.0.1:1"), on_commit=seen.append)
+    source = Source(KafkaSettings(bootstrap_servers="127.0.0.1:1"), ClientHooks(commit=seen.append))
     ok = [KafkaTopicPartition("in", 0, 10)]
     refused = SimpleNamespace(error=KafkaError(KafkaError.REBALANCE_IN_PROGRESS))
     try:
