@@ -60,7 +60,7 @@ class Engine:
         options.log_severity_level = 3  # ONNX Runtime's own warnings are noise; errors still print
         # Idle intra-op threads spin-wait for the next batch by default. Here they share the cores with the
         # loop thread, which consumes and pre-processes the next batch meanwhile: spinning starves it
-        # (measured: log-classifier 2,700 -> 4,400 events/s on 2 cores with spinning off).
+        # (docs/BENCHMARKS.md, *What makes it fast*).
         options.add_session_config_entry("session.intra_op.allow_spinning", "1" if allow_spinning else "0")
         trt = trt_profile(_declared_inputs(path), shapes) if TENSORRT in usable and shapes else None
         gpu = gpu or GpuSettings()

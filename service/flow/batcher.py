@@ -32,9 +32,8 @@ T = TypeVar("T")
 Clock = Callable[[], float]
 
 POOL_BATCHES = 8
-"""With a cost, each batch is chosen among at least this many batches' worth of waiting items. Measured
-on ``log-classifier``'s drain at 64-128 lines a batch: four batches' worth padded to 0.83, eight to 0.91
-(docs/BENCHMARKS.md)."""
+"""With a cost, each batch is chosen among at least this many batches' worth of waiting items: a large
+batch needs lines of similar length to choose among, or it pads (docs/BENCHMARKS.md, ``POOL_BATCHES``)."""
 
 
 class SizeTarget(Protocol):

@@ -40,8 +40,7 @@ class OffloadPolicy:
     """Whether the next batch goes to the inference thread, from how long inference has been taking.
 
     Overlap pays only when a batch computes for longer than a hand-off costs: a submit, a thread wake-up
-    and the GIL passing back and forth, about 0.1 ms per batch (measured: metrics-anomaly, whose batches
-    of 16 compute in 0.05 ms, drained 40k events/s through the thread against 60k/s inline). So batches
+    and the GIL passing back and forth (docs/BENCHMARKS.md, *What makes it fast*, has the figures). So batches
     run inline while the moving average of engine time stays under ``inline_below_s``, and go back to the
     thread once it passes ``offload_above_s`` (two thresholds, so it does not flap). It starts offloading.
     """

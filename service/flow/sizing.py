@@ -18,10 +18,10 @@ order:
    waiting and took at most ``cheap_s`` (a tenth of the window) grows the target past ``max_size`` too,
    by an eighth (at least one), up to ``drain_max``. Such a batch adds next to nothing to anyone's
    latency, and what the loop pays per batch (Kafka calls, the model call, telemetry) is then most of its
-   cost, so a larger batch is what lets it keep up: a transport-bound model (``metrics-anomaly``: a batch
-   of 64 takes 0.2 ms) settles at the size that keeps up, where 16 would fall behind until the backlog
-   is late. A batch that costs more (``log-classifier``: 6 ms for 16 lines on two cores) stays within
-   ``max_size``, where larger batches only add latency. A stretched target shrinks by the same eighth at
+   cost, so a larger batch is what lets it keep up: a transport-bound model (``metrics-anomaly``) settles
+   at the size that keeps up, where ``max_size`` would fall behind until the backlog is late. A batch
+   that costs more than ``cheap_s`` (``log-classifier``) stays within ``max_size``, where larger batches
+   only add latency. A stretched target shrinks by the same eighth at
    every full batch that finds less than a full batch waiting, so under steady load it hovers around the
    smallest size that keeps up, and it drops back to ``max_size`` at the first batch the window cut
    before it was full: the load is gone, and a stretched target would make light traffic wait the whole

@@ -62,8 +62,8 @@ class Source:
         self._consumer = Consumer(conf)
         self.startup = StartupProbe(self._consumer, causes, settings, self._redact)
         # The assignment as the rebalance callbacks (or assign) gave it: Consumer.assignment() waits for
-        # a reply from librdkafka's main thread (0.1 ms typically, up to 16 ms measured when that thread
-        # is busy), too slow for the lag read after every batch.
+        # a reply from librdkafka's main thread, which stalls the lag read after every batch whenever that
+        # thread is busy (docs/BENCHMARKS.md, *What makes it fast*).
         self._parts: dict[TopicPartition, KafkaTopicPartition] = {}
 
     def subscribe(self, topics: list[str], listener: RebalanceListener) -> None:

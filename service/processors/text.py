@@ -60,8 +60,8 @@ class TextProcessor:
             )
         path = _tokenizer_path(info)
         # tokenizers parallelises encode_batch over a thread pool of its own, whose threads spin and fight
-        # ONNX Runtime's for the same cores (measured on 2 cores: p99 166-201 ms -> 58-83 ms at 3,200
-        # lines/s, and +10% drain throughput, with it off). Set TOKENIZERS_PARALLELISM=true to override.
+        # ONNX Runtime's for the same cores: off, both latency and throughput are better (docs/BENCHMARKS.md,
+        # *What makes it fast*). Set TOKENIZERS_PARALLELISM=true to override.
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         try:
             self._tok = Tokenizer.from_file(str(path))
