@@ -78,7 +78,7 @@ bench: venv
 	@started=0; \
 	if ! $(KAFKA) status >/dev/null 2>&1; then $(KAFKA) up || exit 1; started=1; fi; \
 	MICROBATCH_KAFKA__BOOTSTRAP_SERVERS="$${MICROBATCH_KAFKA__BOOTSTRAP_SERVERS:-127.0.0.1:$${KAFKA_PORT:-9092}}" \
-		$(BIN)/microbatch bench $(BENCH_ARGS); rc=$$?; \
+		$(BIN)/python -m bench $(BENCH_ARGS); rc=$$?; \
 	if [ $$started = 1 ]; then $(KAFKA) down; fi; \
 	exit $$rc
 
@@ -99,8 +99,10 @@ demo: venv
 	if [ $$started = 1 ]; then $(KAFKA) down; fi; \
 	exit $$rc
 
+# Retrains with torch (the models extra) into service/models/. modelbuild/, like bench/, is a package of this
+# checkout: the installed service does not hold it.
 models: venv
-	$(BIN)/microbatch models build
+	$(BIN)/python -m modelbuild
 
 clean:
 	-$(KAFKA) down

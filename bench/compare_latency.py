@@ -10,7 +10,6 @@ p50/p95/p99 and the mean batch size. An empty string runs the defaults. Needs th
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -24,8 +23,8 @@ from service.tools.processes import start
 from service.tools.reader import read_at_least
 from service.tools.topics import TopicAdmin
 
-sys.path.insert(0, os.path.dirname(__file__))  # the sibling script's settings helper
-from compare_drain import BIN, CLIENT, PARTITIONS, service_env
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run by path: the repository root
+from bench.compare_drain import BIN, CLIENT, PARTITIONS, service_env
 
 SKIP_MS = 2000
 

@@ -101,7 +101,7 @@ def main() -> None:
     parser.add_argument("--against", default=None, help="a git revision with the old rows_to_results")
     args = parser.parse_args()
     encode = msgspec.json.Encoder().encode
-    rows = []
+    rows: list[tuple[str, float, float, Any]] = []  # name, read and encode us/row, an example
     table = cases(args.size)
     if args.against:
         before = old_rows_to_results(args.against)
@@ -121,9 +121,9 @@ def main() -> None:
         rows.append((name, statistics.median(read), statistics.median(enc), made[0]))
     print(f"| outputs (batches of {args.size}) | read, us/row | encode, us/row | a result |")
     print("| --- | --- | --- | --- |")
-    for name, read, enc, example in rows:
+    for name, read_us, encode_us, example in rows:
         shown = encode({k: round(v, 3) if isinstance(v, float) else v for k, v in example.items()}).decode()
-        print(f"| {name} | {read:.2f} | {enc:.2f} | `{shown[:90]}` |")
+        print(f"| {name} | {read_us:.2f} | {encode_us:.2f} | `{shown[:90]}` |")
 
 
 def _encode_all(encode: Callable[[Any], bytes], results: list[Any]) -> list[bytes]:

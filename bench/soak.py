@@ -111,7 +111,7 @@ def main() -> int:
     sustainable = None
     if args.rate == "auto":
         sustainable = measure_sustainable(args.bootstrap, admin, args.model, kind, log_dir)
-        rate = round(sustainable / 2)
+        rate: float = round(sustainable / 2)
         print(f"sustainable ~{sustainable:.0f} events/s (backlog drain); soaking at {rate}/s")
     else:
         rate = float(args.rate)

@@ -13,7 +13,6 @@ broker (``make kafka-up``), whose pid file it reads for the broker's CPU.
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 import uuid
@@ -23,14 +22,14 @@ import msgspec
 import numpy as np
 import psutil
 
-from service.tools.bench.kafka_io import SENT_HEADER, Sender
-from service.tools.bench.workload import cycle, make_events
+from service.tools.harness.kafka_io import SENT_HEADER, Sender
+from service.tools.harness.workload import cycle, make_events
 from service.tools.processes import start
 from service.tools.reader import read_at_least
 from service.tools.topics import TopicAdmin
 
-sys.path.insert(0, os.path.dirname(__file__))  # the sibling script's settings helper
-from compare_drain import BOOTSTRAP, CLIENT, PARTITIONS, service_env
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run by path: the repository root
+from bench.compare_drain import BOOTSTRAP, CLIENT, PARTITIONS, service_env
 
 SKIP_MS = 5000
 BROKER_PID = Path(".local/kafka/kafka.pid")
@@ -46,7 +45,7 @@ def main(argv: list[str]) -> int:
     topic = f"trace-{uuid.uuid4().hex[:6]}"
     admin.create([topic], PARTITIONS, config={"message.timestamp.type": "LogAppendTime"})
     admin.create([topic + "-out", topic + "-out-dlq"], PARTITIONS)
-    argv_child = ("service.tools.bench.baselines", "passthrough") if passthrough else ("service", "run")
+    argv_child = ("bench.baselines", "passthrough") if passthrough else ("service", "run")
     env = service_env(topic, topic + "-out", model, setting)
     child = start(argv_child, env, Path(f"/tmp/{topic}.log"))
     try:

@@ -54,4 +54,4 @@ for model in metrics-anomaly log-classifier; do
         exit 1
     fi
 done
-"$BIN/python" -m service.tools.gpucheck "$OUT" --require "$REQUIRE"
+"$BIN/python" -m bench.gpucheck "$OUT" --require "$REQUIRE"

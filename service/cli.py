@@ -6,6 +6,10 @@ missing).
 
 Each command is a module with ``add_arguments(parser)`` and ``run(args, settings) -> exit code``. Only the
 module of the command being run is imported, so ``microbatch run`` loads none of the tooling.
+
+Developer tooling is not in the installed package: in a source checkout, ``make bench`` (``python -m bench``)
+benchmarks the service against its baselines and ``make models`` (``python -m modelbuild``) rebuilds the
+reference models.
 """
 
 from __future__ import annotations
@@ -46,15 +50,25 @@ COMMANDS = {
         "run sample values through the model with no Kafka and print the results", "service.tools.check"
     ),
     "verify": Command("check that every input has a result or a dead letter", "service.tools.verify"),
-    "bench": Command("benchmark the service against its baselines", "service.tools.bench.command"),
     "sweep": Command("measure throughput and latency per batch size", "service.tools.sweep.command"),
-    "models": Command("list, verify or rebuild the reference models", "service.models.command"),
+    "models": Command("list, verify or inspect the reference models", "service.models.command"),
 }
+
+MOVED = {
+    ("bench",): "make bench (python -m bench)",
+    ("models", "build"): "make models (python -m modelbuild)",
+}
+"""Developer tooling that was a command, now in a source checkout only: its words, what to run instead."""
+EPILOG = (
+    "Developer tooling, in a source checkout only: "
+    + "; ".join(f"'microbatch {' '.join(words)}' is now {instead}" for words, instead in MOVED.items())
+    + "."
+)
 
 
 def parser(command: str | None) -> argparse.ArgumentParser:
     """The whole command line, with the options of ``command`` only (the others are not imported)."""
-    top = argparse.ArgumentParser(prog="microbatch", description=__doc__.splitlines()[0])
+    top = argparse.ArgumentParser(prog="microbatch", description=__doc__.splitlines()[0], epilog=EPILOG)
     sub = top.add_subparsers(dest="command", required=True)
     for name, spec in COMMANDS.items():
         command_parser = sub.add_parser(name, help=spec.help)
@@ -66,12 +80,27 @@ def parser(command: str | None) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # The top-level parser has no options but --help, so the first other word is the command.
-    chosen = next((a for a in argv if not a.startswith("-")), None)
-    args = parser(chosen if chosen in COMMANDS else None).parse_args(argv)
+    words = [a for a in argv if not a.startswith("-")]
+    chosen = words[0] if words else None
+    top = parser(chosen if chosen in COMMANDS else None)
+    for moved, instead in MOVED.items():
+        if tuple(words[: len(moved)]) == moved:
+            command = " ".join(moved)
+            top.error(
+                f"'microbatch {command}' is not a command of the installed service: "
+                f"run {instead} in a source checkout"
+            )
+    args = top.parse_args(argv)
+    return execute(COMMANDS[args.command].load(), args)
+
+
+def execute(command: ModuleType, args: argparse.Namespace) -> int:
+    """Run ``command`` (a module with ``run(args, settings)``) with the settings and logging configured;
+    its exit code, or the error's."""
     try:
         settings = load_settings()
         logs.configure(settings.log)
-        code: int = COMMANDS[args.command].load().run(args, settings)
+        code: int = command.run(args, settings)
         return code
     except MicrobatchError as exc:
         if exc.exit_code == 1:

@@ -16,8 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 # Before anything in the session runs torch: the model rebuild (tests/models) reproduces the committed
-# weights only on the kernels they were built with (``BUILD_ISA`` in service/tools/modelbuild, which says
-# why), and oneDNN fixes its choice at its first use, whichever test that is.
+# weights only on the kernels they were built with (``BUILD_ISA`` in modelbuild/, which says why), and
+# oneDNN fixes its choice at its first use, whichever test that is.
 os.environ.setdefault("ONEDNN_MAX_CPU_ISA", "AVX2")
 
 import pytest

@@ -1,1 +1,2 @@
-"""Reference ONNX models, tokenizer and manifest, shipped as package data (``microbatch models build``)."""
+"""Reference ONNX models, tokenizer and manifest, shipped as package data (rebuilt by ``make models`` in a
+source checkout)."""

@@ -1,5 +1,6 @@
-"""``microbatch models list|verify|build``: the reference models shipped in this folder.
-``models inspect PATH``: any ONNX file."""
+"""``microbatch models list|verify``: the reference models shipped in this folder.
+``models inspect PATH``: any ONNX file. (Rebuilding them is developer tooling: ``make models`` in a source
+checkout.)"""
 
 from __future__ import annotations
 
@@ -15,11 +16,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="action", required=True)
     actions.add_parser("list", help="the reference models and their manifest entries")
     actions.add_parser("verify", help="check the committed files against the manifest's sha256")
-    build = actions.add_parser(
-        "build", help="retrain and export the reference models (needs the models extra)"
-    )
-    build.add_argument("--out", type=Path, default=None, help="output folder (default: the package's)")
-    build.add_argument("--name", action="append", default=None, help="build only this model (repeatable)")
     inspect = actions.add_parser(
         "inspect", help="an ONNX file's inputs, outputs and metadata, and settings to serve it"
     )
@@ -40,18 +36,7 @@ def run(args: argparse.Namespace, _settings: Settings) -> int:
 
         print(describe(args.path))
         return EXIT_OK
-    if args.action == "verify":
-        checks = reference.verify()
-        for name, ok in sorted(checks.items()):
-            print(f"{'ok ' if ok else 'BAD'} {name}")
-        return EXIT_OK if all(checks.values()) else 1
-    try:
-        from service.tools.modelbuild import build
-    except ImportError as exc:
-        raise UsageError(
-            "models build", f"needs the 'models' extra (pip install 'microbatch[models]'): {exc}"
-        ) from None
-    manifest = build(args.out or reference.MODELS_DIR, args.name)
-    for name, entry in sorted(manifest["models"].items()):
-        print(f"built {name}: {entry['file']} sha256={entry['sha256'][:12]} quality={entry.get('quality')}")
-    return EXIT_OK
+    checks = reference.verify()
+    for name, ok in sorted(checks.items()):
+        print(f"{'ok ' if ok else 'BAD'} {name}")
+    return EXIT_OK if all(checks.values()) else 1

@@ -1,4 +1,4 @@
-"""``microbatch bench --quick`` end to end on the real broker: every system runs, nothing is lost, and the
+"""``python -m bench --quick`` end to end on the real broker: every system runs, nothing is lost, and the
 results file holds every figure and ratio. Speed is never asserted: the quick figures mean nothing."""
 
 from __future__ import annotations
@@ -7,11 +7,12 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from service.tools.bench.scenarios import (
+from bench.scenarios import (
     BACKFILL,
     RAW_ORT_AT_BACKFILL,
     RAW_ORT_SORTED_AT_BACKFILL,
@@ -20,6 +21,7 @@ from service.tools.bench.scenarios import (
     SERVICE_LOOP_SIZE,
 )
 
+ROOT = Path(__file__).resolve().parents[2]
 BENCH_TIMEOUT_S = 240
 BACKFILL_CEILINGS = {"A": RAW_ORT_AT_BACKFILL, "B": RAW_ORT_SORTED_AT_BACKFILL}
 """The raw ONNX Runtime row pinned at the backfill's batch size, per scenario with a backfill row."""
@@ -37,7 +39,9 @@ def quick_run(kafka_bootstrap, tmp_path_factory):
     admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
     before = bench_topics(admin)
     env = {k: v for k, v in os.environ.items() if not k.startswith("MICROBATCH_")}
-    command = [sys.executable, "-m", "service", "bench", "--quick", "--scenario", "all"]
+    # The bench is a package of the source checkout, not of the installed service: found from its root.
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    command = [sys.executable, "-m", "bench", "--quick", "--scenario", "all"]
     command += ["--bootstrap", kafka_bootstrap, "--out", str(out), "--log-dir", str(tmp / "logs")]
     proc = subprocess.run(
         command,

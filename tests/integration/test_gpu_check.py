@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from bench import gpucheck
 from service.engine.providers import cuda_problem
-from service.tools import gpucheck
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "gpu-check.sh"

@@ -21,6 +21,8 @@ from sklearn.metrics import roc_auc_score
 from tokenizers import Tokenizer
 
 import service.models
+from modelbuild import build
+from modelbuild.common import roc_auc, sha256_file
 from service.tools.generate import (
     CI_MACHINE,
     HOST_FEATURES,
@@ -33,8 +35,6 @@ from service.tools.generate import (
     host_dataset,
     host_rows,
 )
-from service.tools.modelbuild import build
-from service.tools.modelbuild.common import roc_auc, sha256_file
 
 # The module fixture's rebuild (~1 min on an idle 2-core machine) counts against the first test's timeout;
 # allow for a machine busy with other work.
@@ -332,7 +332,7 @@ def test_manifest_entries() -> None:
     assert models["log-classifier"]["processor"] == "text"
     assert models["log-classifier"]["tokenizer"] in models["log-classifier"]["files"]
     for entry in models.values():
-        assert entry["rebuild"] == "microbatch models build"
+        assert entry["rebuild"] == "make models"
         assert {"torch", "onnx", "seed", "train_seconds"} <= set(entry["built_with"])
         assert entry["quality"]["holdout_events"] > 0
 

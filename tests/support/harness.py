@@ -23,8 +23,8 @@ import pytest
 from confluent_kafka import Message
 from prometheus_client.parser import text_string_to_metric_families
 
-from service.tools.bench.measure import summary
 from service.tools.generate import EventGenerator
+from service.tools.harness.measure import summary
 from service.tools.processes import Child
 from service.tools.processes import start_service as start_child
 from service.tools.produce import Deliveries

@@ -3,10 +3,12 @@ types, a usage error for bad flags."""
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -24,7 +26,8 @@ from service.errors import (
     UsageError,
 )
 
-TOOLING = ("matplotlib", "torch", "tqdm", "psutil", "pynvml")
+TOOLING = ("matplotlib", "torch", "tqdm", "psutil", "pynvml", "bench", "modelbuild")
+SERVICE_DIR = Path(cli.__file__).parent
 
 
 def run_python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -65,6 +68,22 @@ def test_the_run_path_loads_no_tooling_even_once_everything_is_built():
     assert [m for m in modules if m.startswith("service.tools") or m.split(".")[0] in TOOLING] == []
 
 
+def test_the_package_imports_none_of_the_source_checkouts_tooling():
+    """The bench and model building are packages of a source checkout (bench/, modelbuild/), not shipped:
+    nothing in the package may import them, nor torch."""
+    found = []
+    for path in SERVICE_DIR.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue
+            found += [f"{path}: {n}" for n in names if n.split(".")[0] in {"bench", "modelbuild", "torch"}]
+    assert found == []
+
+
 def test_the_pure_flow_imports_no_client():
     code = (
         "import sys, json, pkgutil, importlib, service.flow, service.processors, service.config\n"
@@ -97,6 +116,29 @@ def test_every_command_is_listed_in_the_help(capsys):
     out = capsys.readouterr().out
     for name in cli.COMMANDS:
         assert name in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "command", "instead"),
+    [(["bench", "--quick"], "bench", "make bench"), (["models", "build"], "models build", "make models")],
+)
+def test_the_developer_tooling_is_no_command_and_says_where_it_went(capsys, argv, command, instead):
+    assert "bench" not in cli.COMMANDS
+    with pytest.raises(SystemExit) as info:
+        cli.main(argv)
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert f"'microbatch {command}' is not a command of the installed service: run {instead} (" in err
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    assert f"'microbatch {command}' is now {instead}" in " ".join(capsys.readouterr().out.split())
+
+
+def test_the_models_command_has_no_build_action(capsys):
+    with pytest.raises(SystemExit) as info:
+        cli.parser("models").parse_args(["models", "build"])
+    assert info.value.code == 2
+    assert "invalid choice: 'build'" in capsys.readouterr().err
 
 
 def test_a_bad_flag_is_a_usage_error_exiting_2_and_naming_the_flag(capsys):

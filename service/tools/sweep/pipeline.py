@@ -3,10 +3,10 @@
 The engine sweep times ``prepare`` + preprocess + ``run`` + postprocess alone, which overstates what a
 large batch is worth when Kafka, decoding and result encoding cost as much as the model (a tiny model's
 engine knee is far above the service's). So for each batch size the engine sweep measured, the real service
-(``python -m service run``, its own process, exactly as ``microbatch bench`` runs it) drains a backlog of
-generated events with the batch size pinned: ``MIN_SIZE = MAX_SIZE = size``, adaptive off. Its rate is
-measured the bench's way, from the first to the last output timestamp, on fresh topics that are deleted
-afterwards. Only reference models qualify: their events can be generated.
+(``python -m service run``, its own process, exactly as the bench runs it) drains a backlog of generated
+events with the batch size pinned: ``MIN_SIZE = MAX_SIZE = size``, adaptive off. Its rate is measured the
+bench's way (the harness, ``service/tools/harness``), from the first to the last output timestamp, on fresh
+topics that are deleted afterwards. Only reference models qualify: their events can be generated.
 """
 
 from __future__ import annotations
@@ -18,14 +18,24 @@ from typing import Any
 _MIN_EVENTS = 2_000
 _POOL_EVENTS = 20_000
 _REFERENCE_SIZE = 16
+# The reference models whose events can be generated: their event kind, and a rough events/s of the service
+# at its defaults on a small CPU machine (it only sizes the backlogs). The bench's scenarios A and B
+# (bench/scenarios.py) serve the same models with the same figures.
+_DRAINED = {"metrics-anomaly": ("metrics", 100_000.0), "log-classifier": ("logs", 4_000.0)}
 
 
 def scenario_for(model: str | None) -> Any:
-    """The bench scenario serving reference model ``model`` (its event kind and its service system), or
-    None for any other model."""
-    from service.tools.bench.scenarios import SCENARIOS
+    """The scenario serving reference model ``model`` (its event kind and its service system, as the
+    bench's scenario of that model has them), or None for any other model."""
+    from service.tools.harness.systems import SERVICE, Scenario, System
 
-    return next((s for s in SCENARIOS.values() if s.model == model), None)
+    if model not in _DRAINED:
+        return None
+    kind, rate_hint = _DRAINED[model]
+    service = System(SERVICE, "service, default settings", ("service", "run"), True, rate_hint, defaults=True)
+    return Scenario(
+        key="sweep", title=f"{model} per batch size", model=model, kind=kind, systems=(service,), ratios=()
+    )
 
 
 def backlog_events(rate_hint: float, size: int, drain_s: float) -> int:
@@ -36,9 +46,9 @@ def backlog_events(rate_hint: float, size: int, drain_s: float) -> int:
 
 
 def open_bench(settings: Any, bootstrap: str, drain_s: float, log_dir: Path) -> Any:
-    """The bench harness the drains run in, once a broker answers at ``bootstrap``. Raises
+    """The harness the drains run in, once a broker answers at ``bootstrap``. Raises
     BrokerUnavailableError otherwise, before any measuring starts."""
-    from service.tools.bench.runner import Bench, Options
+    from service.tools.harness.runner import Harness, Options
 
     options = Options(
         scenario="sweep",
@@ -55,9 +65,9 @@ def open_bench(settings: Any, bootstrap: str, drain_s: float, log_dir: Path) -> 
         out=log_dir / "unused.json",
         log_dir=log_dir,
     )
-    bench = Bench(options, settings)
-    bench.check_broker()
-    return bench
+    harness = Harness(options, settings)
+    harness.check_broker()
+    return harness
 
 
 def measure_pipeline(bench: Any, base: Any, sizes: list[int]) -> dict[int, dict[str, Any]]:
@@ -66,8 +76,8 @@ def measure_pipeline(bench: Any, base: Any, sizes: list[int]) -> dict[int, dict[
     ``mean_batch_size``."""
     from tqdm import tqdm
 
-    from service.tools.bench.scenarios import SERVICE
-    from service.tools.bench.workload import cycle, make_events
+    from service.tools.harness.systems import SERVICE
+    from service.tools.harness.workload import cycle, make_events
 
     service = next(system for system in base.systems if system.name == SERVICE)
     pool = make_events(base.kind, _POOL_EVENTS, bench.options.seed)

@@ -17,7 +17,7 @@ from service.config import BatchSettings
 from service.engine import knee
 from service.engine.knee import Point
 from service.engine.memory import DeviceMemory
-from service.tools.bench.machine import cpu_model
+from service.tools.harness.machine import cpu_model
 from service.tools.sweep.measure import point
 
 

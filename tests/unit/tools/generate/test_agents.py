@@ -1,4 +1,4 @@
-"""Renderers of generated host rows as agents' messages (service/tools/generate/agents.py): the shapes of
+"""Renderers of generated host rows as agents' messages (service/tools/generate/agents/): the shapes of
 collectd write_kafka JSON, Telegraf line protocol and JSON, and hostmetrics OTLP requests; counters that
 grow by rate x interval; what a consumer reads back is the row; deterministic bytes.
 

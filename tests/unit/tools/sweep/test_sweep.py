@@ -433,12 +433,12 @@ def test_without_pipeline_figures_there_is_no_service_knee():
 
 def test_scenario_settings_win_over_every_other_setting_of_a_bench_child(monkeypatch):
     from service.config import Settings
-    from service.tools.bench.runner import Bench, Options
-    from service.tools.bench.scenarios import SERVICE, Scenario, System
+    from service.tools.harness.runner import Harness, Options
+    from service.tools.harness.systems import SERVICE, Scenario, System
 
     monkeypatch.setenv("MICROBATCH_BATCH__ADAPTIVE", "true")
     options = Options("A", False, "127.0.0.1:1", 4, 1.0, 1.0, 0.0, 0.5, 1, 0.0, 1, Path("x.json"), Path("."))
-    bench = Bench(options, Settings())
+    bench = Harness(options, Settings())
     service = System(SERVICE, "s", ("service", "run"), True, 1.0)
     pinned = (("BATCH__MIN_SIZE", "8"), ("BATCH__MAX_SIZE", "8"), ("BATCH__ADAPTIVE", "false"))
     scenario = Scenario("k", "t", "metrics-anomaly", "metrics", (service,), (), max_batch_size=8, env=pinned)

@@ -1,0 +1,103 @@
+"""Ratios between systems and the targets they are held to. Pure: result dicts in, verdict dicts out.
+
+A verdict is ``{"name", "value", "op", "threshold", "passed"}``; ``passed`` is None when there is no target
+or when a figure it needs is missing (a system that did not finish), never a guess.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from bench.scenarios import BATCH_LOOP, PASSTHROUGH, SERVICE_LOOP_SIZE
+from service.tools.harness.systems import SERVICE, Ratio
+
+LATENCY_SLACK_MS = 10.0
+LIGHT_P99_VS_PASSTHROUGH = 1.5
+"""At light load the service's p99 may be at most this many times the passthrough's."""
+
+
+def ratio(numerator: float | None, denominator: float | None) -> float | None:
+    """``numerator / denominator``, or None when either is missing or the denominator is not positive."""
+    if numerator is None or denominator is None or denominator <= 0:
+        return None
+    return numerator / denominator
+
+
+def latency_bound_ms(max_wait_ms: float, batch_inference_ms: float | None) -> float | None:
+    """The p99 the service may show at half load: one full window, two batch inferences (the batch ahead
+    of it and its own) and a fixed allowance for the transport."""
+    if batch_inference_ms is None:
+        return None
+    return max_wait_ms + 2 * batch_inference_ms + LATENCY_SLACK_MS
+
+
+def _verdict(name: str, value: float | None, op: str, threshold: float | None) -> dict[str, Any]:
+    if value is None or threshold is None:
+        passed = None
+    else:
+        passed = value >= threshold if op == ">=" else value <= threshold
+    rounded = None if value is None else round(value, 3)
+    return {"name": name, "value": rounded, "op": op, "threshold": threshold, "passed": passed}
+
+
+def throughput_of(systems: Mapping[str, Mapping[str, Any]], name: str) -> float | None:
+    """A system's events/s from its throughput phase, or None if it has none (missing, not finished)."""
+    phase = (systems.get(name) or {}).get("throughput") or {}
+    return phase.get("events_per_s") if phase.get("complete", True) else None
+
+
+def evaluate(
+    ratios: Sequence[Ratio],
+    systems: Mapping[str, Mapping[str, Any]],
+    max_wait_ms: float,
+    batch_inference_ms: float | None,
+    load: float = 0.5,
+    light_rate: float = 0.0,
+) -> list[dict[str, Any]]:
+    """Every throughput ratio of the scenario, then the service's latency target (its latency run was at
+    ``load`` times its own drain rate, or that of the system its ``latency_load_of`` names, its stream
+    regime; the target is stated for half), then, where the service had a
+    light-load run at ``light_rate``: its p99 against the passthrough's, and its CPU per event against the
+    consume(32) loop's, at that same rate; and, where the scenario has the loop's batching in the service
+    (``service-loop-size``), that row's CPU per event against the loop's: the service's own cost at the
+    same batch size."""
+    verdicts = []
+    for r in ratios:
+        value = ratio(throughput_of(systems, r.numerator), throughput_of(systems, r.denominator))
+        verdicts.append(_verdict(f"{r.numerator} / {r.denominator} throughput", value, ">=", r.minimum))
+    service = systems.get(SERVICE) or {}
+    latency = service.get("latency") or {}
+    bound = latency_bound_ms(max_wait_ms, batch_inference_ms)
+    basis = f"{service['latency_load_of']}'s" if service.get("latency_load_of") else "its"
+    verdicts.append(
+        _verdict(
+            f"{SERVICE} p99 latency at {load:.0%} of {basis} drain rate (ms)",
+            latency.get("p99_ms"),
+            "<=",
+            None if bound is None else round(bound, 2),
+        )
+    )
+    if (systems.get(SERVICE) or {}).get("light") is not None:
+        verdicts += _light(systems, light_rate)
+    return verdicts
+
+
+def _light(systems: Mapping[str, Mapping[str, Any]], rate: float) -> list[dict[str, Any]]:
+    def light(name: str, figure: str) -> float | None:
+        return ((systems.get(name) or {}).get("light") or {}).get(figure)
+
+    at = f"at {rate:,.0f}/s"
+    p99 = ratio(light(SERVICE, "p99_ms"), light(PASSTHROUGH, "p99_ms"))
+
+    def cpu(name: str) -> dict[str, Any]:
+        value = ratio(light(name, "cpu_us_per_event"), light(BATCH_LOOP, "cpu_us_per_event"))
+        return _verdict(f"{name} / {BATCH_LOOP} CPU per event {at}", value, "<=", 1.0)
+
+    verdicts = [
+        _verdict(f"{SERVICE} / {PASSTHROUGH} p99 latency {at}", p99, "<=", LIGHT_P99_VS_PASSTHROUGH),
+        cpu(SERVICE),
+    ]
+    if SERVICE_LOOP_SIZE in systems:
+        verdicts.append(cpu(SERVICE_LOOP_SIZE))
+    return verdicts
