@@ -51,7 +51,7 @@ COMMANDS = {
     ),
     "verify": Command("check that every input has a result or a dead letter", "service.tools.verify"),
     "sweep": Command("measure throughput and latency per batch size", "service.tools.sweep.command"),
-    "models": Command("list, verify or inspect the reference models", "service.models.command"),
+    "models": Command("list, verify or inspect the reference models", "service.tools.models"),
 }
 
 MOVED = {

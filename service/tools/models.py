@@ -1,4 +1,4 @@
-"""``microbatch models list|verify``: the reference models shipped in this folder.
+"""``microbatch models list|verify``: the reference models shipped in ``service/models/``.
 ``models inspect PATH``: any ONNX file. (Rebuilding them is developer tooling: ``make models`` in a source
 checkout.)"""
 
@@ -32,7 +32,7 @@ def run(args: argparse.Namespace, _settings: Settings) -> int:
     if args.action == "inspect":
         if not args.path.is_file():
             raise UsageError("models inspect", f"no such file: {args.path}")
-        from service.models.inspect import describe
+        from service.tools.inspect import describe
 
         print(describe(args.path))
         return EXIT_OK
