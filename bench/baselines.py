@@ -368,7 +368,7 @@ def _until_signalled() -> threading.Event:
     stopping = threading.Event()
 
     def _stop(_signum: int, _frame: object) -> None:
-        stopping.set()  # only a flag: see service.app
+        stopping.set()  # only a flag: see service.startup.Stop
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)

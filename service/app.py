@@ -41,11 +41,12 @@ def run_service(settings: Settings) -> int:
 
     The signal handlers go in first, so a stop during start-up (e.g. while waiting for brokers) is a
     clean exit 0 too. The metrics port opens next, so the probes answer while the model loads (live,
-    not ready) and a port already taken stops start-up at once.
+    not ready) and a port already taken stops start-up at once (``service.startup``).
     """
-    with started(settings, STREAM) as service:
-        if service is None:
+    with started(settings, STREAM) as starting:
+        if starting is None:
             return EXIT_OK
+        service = starting.warm()
         pipeline = service.pipeline()
         settings, model = service.settings, service.model
         _log.info(

@@ -1,10 +1,13 @@
 """The one start-up: every part built from the settings, in one order, for every mode of the service.
 
-The order: the settings checked, the signal handlers, the metrics and probes port (so the probes answer
-while the rest starts: live, not ready), the Kafka clients, the model (loaded, warmed up, its batch sizes
-measured), the sample check, the brokers and topics, then the loop's stages. ``microbatch run`` and
-``microbatch backfill`` both start here; a mode (:class:`Mode`) differs only in the parts it swaps in:
-the backfill reads a range through an assigned consumer and cuts fixed batches.
+The order, cheapest check first: the settings, the signal handlers, the metrics and probes port (so the
+probes answer while the rest starts: live, not ready), the Kafka clients (librdkafka checks its options),
+the model loaded (its file, processor and format checked), the brokers and topics; that is
+:func:`started`. Then :meth:`Started.warm`: the model warmed up, the mode's batch sizes measured, the
+sample check; then the loop's stages. Between the two a command may look at the cluster before paying for
+the measurements (a backfill whose range is already done stops there). ``microbatch run`` and ``microbatch
+backfill`` both start here; a mode (:class:`Mode`) differs only in the parts it swaps in: the backfill
+reads a range through an assigned consumer and cuts fixed batches.
 
 This is where the real clients, the engine and telemetry meet the Protocols the loop drives
 (``service/flow/ports.py``): the type checker holds them to those here.
@@ -61,7 +64,7 @@ from service.flow.ports import (
     TelemetryLike,
 )
 from service.flow.records import Decoded, InputRecord
-from service.flow.sizing import BatchPolicy, BatchSizeController, FixedBatchSize
+from service.flow.sizing import BatchPolicy
 from service.formats import Picker, load_format, parse_path
 from service.kafka import ClientHooks, Sink, Source
 from service.kafka.causes import client_error_setting
@@ -89,6 +92,51 @@ class Mode(Generic[S]):
 
 
 @dataclass(frozen=True, slots=True)
+class Started(Generic[S]):
+    """The parts a mode started: the port, both clients (brokers answering, input topics there) and the
+    model loaded, not warmed up yet. ``settings`` are the configured ones."""
+
+    settings: Settings
+    mode: Mode[S]
+    stop: Stop
+    metrics: Metrics
+    health: Health
+    server: MetricsServer | None
+    source: S
+    sink: Sink
+    model: Model[Engine]
+
+    def warm(self) -> Service[S]:
+        """Warm the model up at the mode's sizes, choose its batch sizes, check the samples
+        (``MICROBATCH_MODEL__SAMPLE``); then the service is ready. Raises ConfigError (exit 2) when the
+        model rejects what its processor feeds it or a sample gives no result."""
+        settings, model = self.settings, self.model
+        warm_up(
+            model,
+            self.mode.warm(settings.batch),
+            blamed_setting(settings.model),
+            model_setting(settings.model),
+        )
+        batch, drain_max = self.mode.batches(model, settings.batch)
+        settings = settings.model_copy(update={"batch": batch})
+        check_at_start(settings, model)
+        self.health.warmed_up = True
+        telemetry = Telemetry(self.metrics, self.health, settings.log.stats_interval_s)
+        return Service(
+            settings,
+            self.stop,
+            self.metrics,
+            self.health,
+            self.source,
+            self.sink,
+            model,
+            telemetry,
+            drain_max,
+            self.server,
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class Service(Generic[S]):
     """The parts a mode started, ready for its loop. ``settings`` are those the loop runs with (the mode's
     batch settings in); ``drain_max`` is the drain ceiling chosen at start-up; ``server`` the metrics and
@@ -109,7 +157,7 @@ class Service(Generic[S]):
         """The loop over these parts; ``source`` replaces the consumer it reads (a backfill's range)."""
         return build_pipeline(
             self.settings,
-            source or self.source,
+            self.source if source is None else source,
             self.sink,
             self.model,
             self.telemetry,
@@ -124,10 +172,11 @@ class Service(Generic[S]):
 
 
 @contextmanager
-def started(settings: Settings, mode: Mode[S]) -> Iterator[Service[S] | None]:
-    """Start every part for ``mode`` in the one order (see the module's docstring), and close the metrics
-    port on the way out. Yields None when a stop was requested while waiting for the brokers (the
-    consumer is closed then). Raises the configuration and environment errors of start-up (exit 2 or 3)."""
+def started(settings: Settings, mode: Mode[S]) -> Iterator[Started[S] | None]:
+    """Start the parts for ``mode`` up to the model loaded and the topics checked, in the one order (see
+    the module's docstring), and close the metrics port on the way out. Yields None when a stop was
+    requested while waiting for the brokers (the consumer is closed then). Raises the configuration and
+    environment errors of start-up (exit 2 or 3)."""
     check_run_settings(settings)
     stop = Stop()
     metrics, health, server = observe(settings)
@@ -136,17 +185,12 @@ def started(settings: Settings, mode: Mode[S]) -> Iterator[Service[S] | None]:
             brokers=health.brokers, access=AccessReport(metrics, health), commit=metrics.committed
         )
         source, sink = build_clients(settings.kafka, hooks, mode.consumer)
-        model = serve_model(settings, metrics, mode.warm(settings.batch))
-        batch, drain_max = mode.batches(model, settings.batch)
-        settings = settings.model_copy(update={"batch": batch})
-        check_at_start(settings, model)
-        health.warmed_up = True
+        model = load_served(settings, metrics)
         if not check_topics(source, settings, stop.requested.is_set):
             source.close()
             yield None
             return
-        telemetry = Telemetry(metrics, health, settings.log.stats_interval_s)
-        yield Service(settings, stop, metrics, health, source, sink, model, telemetry, drain_max, server)
+        yield Started(settings, mode, stop, metrics, health, server, source, sink, model)
     finally:
         if server is not None:
             server.close()
@@ -168,19 +212,7 @@ def build_pipeline(
     points when ``model.rows`` says so. ``drain_max``: the drain ceiling measured at start-up
     (``service.engine.drain``; None: no drain regime)."""
     batch = settings.batch
-    controller: BatchSizeController | FixedBatchSize = (
-        BatchSizeController(
-            batch.min_size,
-            batch.max_size,
-            batch.latency_slo_ms / 1000,
-            batch.max_wait_ms / 1000,
-            drain_max=drain_max,
-            natural=batch.natural,
-        )
-        if batch.adaptive
-        else FixedBatchSize(batch.max_size)
-    )
-    policy = BatchPolicy(controller, clock, natural=batch.natural)
+    policy = BatchPolicy.of(batch, drain_max, clock)
     cost = model.caps.cost
     batcher: Batcher[Decoded] = Batcher(
         policy,
@@ -284,14 +316,14 @@ class Stop:
             pipeline.stop()
 
 
-def serve_model(settings: Settings, metrics: Metrics, sizes: set[int]) -> Model[Engine]:
-    """Load the configured model, say so in the metrics, and warm ``sizes`` up (``engine.warm_up``)."""
+def load_served(settings: Settings, metrics: Metrics) -> Model[Engine]:
+    """Load the configured model and say so in the metrics (with its device's gauges on a GPU). Raises
+    ConfigError naming the setting at fault."""
     model = load_model(settings)
     metrics.model_loaded(model.ref.name, model.ref.version, model.ref.provider)
     device = DeviceMemory.open(model.ref.provider, settings.gpu.device_id)
     if device is not None:
         metrics.attach_device(device)
-    warm_up(model, sizes, blamed_setting(settings.model), model_setting(settings.model))
     return model
 
 

@@ -97,11 +97,11 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     first = parse("--from", args.start, lambda: now_ms)
     last = parse("--to", args.end, lambda: now_ms)
     chosen = parse_partitions("--partitions", args.partitions)
-    with started(settings, OFFLINE) as service:
-        if service is None:
+    with started(settings, OFFLINE) as starting:
+        if starting is None:
             _log.warning("backfill_incomplete", hint="stopped while starting; run again with the same --job")
             return 1
-        settings, source = service.settings, service.source
+        source = starting.source
         planned = plan(source.offsets(), settings.input.topics, chosen, first, last)
         _log.info("backfill_range", job=args.job, group=settings.kafka.group_id, **planned.describe())
         if planned.kept:
@@ -112,10 +112,11 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
                 "Another range wants another --job",
             )
         source.note(planned.notes)
-        if planned.ranges.done:
+        if planned.ranges.done:  # before the model's warm-up and measurements: a finished job costs nothing
             source.close()
             _report(args.job, planned, {}, 0.0, done=True, nothing=True)
             return EXIT_OK
+        service = starting.warm()
         progress = Progress(planned.ranges.total, service.metrics.registry, interval_s=args.progress_interval)
 
         def finish() -> None:

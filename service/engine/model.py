@@ -98,7 +98,7 @@ def load_model(settings: Settings) -> Model[Engine]:
             f"the processor reads only json and text values (it has no parse_fields), not {fmt.name}",
         )
     rows = plan_rows(settings.assemble, caps, engine.metadata) if assembling else None
-    return Model(engine, processor, ModelRef(name, version, engine.provider), rows, caps)
+    return Model(engine, processor, ModelRef(name, version, engine.provider), caps, rows)
 
 
 def plan_rows(conf: AssembleSettings, caps: Capabilities, metadata: Mapping[str, str]) -> RowPlan:

@@ -65,9 +65,11 @@ def read_samples(path: Path, whole: bool = False) -> Samples:
 
 def run_samples(settings: Settings, model: Model[EngineLike], samples: Samples) -> Report:
     """Decode, batch (at ``MICROBATCH_BATCH__MAX_SIZE``), infer, post-process and encode the samples' values
-    as the service would. Never raises for a bad sample: it is an outcome. Raises ConfigError naming
-    ``MICROBATCH_ASSEMBLE__ENABLED`` for a model whose items are assembled rows (they need points over
-    time: use ``microbatch verify`` on a topic)."""
+    as the service would, through the service's own batch path (a failing batch is split until only the
+    failing items remain). Never raises for a bad sample: it is an outcome; raises EngineFailedError when
+    the model fails on its processor's own sample too (the runtime is broken, as the service says).
+    Raises ConfigError naming ``MICROBATCH_ASSEMBLE__ENABLED`` for a model whose items are assembled rows
+    (they need points over time: use ``microbatch verify`` on a topic)."""
     if model.rows is not None:
         raise ConfigError(
             settings.assemble.env("enabled"),

@@ -14,7 +14,7 @@ import msgspec
 
 from service.errors import InvalidMessage, Reason
 from service.flow.fields import FieldWatch
-from service.flow.records import Counts, Decoded, InputRecord, Rejection
+from service.flow.records import Counts, Decoded, Decoding, InputRecord, Rejection
 from service.formats import Entry, Format, Picker
 from service.formats.plain import json_object, parse_json
 from service.processors.base import Capabilities, Processor
@@ -137,7 +137,7 @@ class Decoder:
         self._prepare = caps.prepare if caps.prepare_hook is not None else None
         self._watch = watch
 
-    def decode(self, records: Sequence[InputRecord]) -> tuple[list[Decoded], list[Rejection], Counts]:
+    def decode(self, records: Sequence[InputRecord]) -> Decoding:
         """``(accepted, rejected, counts)``, each in consumption order; ``counts`` lists the messages
         holding other than one item. Never raises for bad input."""
         accepted: list[Decoded] = []

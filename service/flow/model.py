@@ -10,7 +10,7 @@ per item. A model that changes while the service runs replaces this object whole
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 import msgspec
@@ -45,19 +45,19 @@ E_co = TypeVar("E_co", bound=EngineLike, covariant=True)
 @dataclass(frozen=True, slots=True)
 class Model(Generic[E_co]):
     """What the service serves: ``engine`` runs batches, ``processor`` feeds it (``caps``: what it offers
-    beyond the required methods), ``ref`` labels results; ``rows`` says how to assemble its items from
-    agents' points (None: one item per message or record)."""
+    beyond the required methods, looked up once: :meth:`of`), ``ref`` labels results; ``rows`` says how to
+    assemble its items from agents' points (None: one item per message or record)."""
 
     engine: E_co
     processor: Processor
     ref: ModelRef
+    caps: Capabilities
     rows: RowPlan | None = None
-    caps: Capabilities = field(default=Capabilities())
 
     @staticmethod
     def of(engine: E, processor: Processor, ref: ModelRef, rows: RowPlan | None = None) -> Model[E]:
         """The model with its processor's capabilities looked up (once, here)."""
-        return Model(engine, processor, ref, rows, Capabilities.of(processor))
+        return Model(engine, processor, ref, Capabilities.of(processor), rows)
 
     def score(self, items: list[Any]) -> list[ResultOrError]:
         """One batch, whole, on this thread: exactly one result per item, in order. Raises what the

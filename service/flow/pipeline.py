@@ -55,9 +55,9 @@ class Pipeline:
         try:
             while self._running:
                 self._telemetry.loop()
-                idle = self._consume()
+                drained = self._consume()
                 self._release()
-                self._dispatch(idle)
+                self._dispatch(drained)
                 self._finish(self._idle_s if self._inference.full() else 0.0)
                 self._acks.poll()
                 self._backpressure.apply(self._acks.in_flight())
@@ -91,10 +91,10 @@ class Pipeline:
         return self._acks.in_flight()
 
     def _consume(self) -> bool:
-        """One round's consume calls. Returns whether the open batch may be cut at once: natural batching
-        allows it (nothing computes, the load needs no large batches: ``BatchPolicy.may_cut_early``) and
-        the last consume took everything fetched, so waiting for the target or the window would buy
-        nothing but latency. Under load the engine is rarely free and the fetched queue rarely empty."""
+        """One round's consume calls. Returns whether the last came back short: everything fetched was
+        taken, so when natural batching allows an early cut (:meth:`_idle`), waiting for the target or the
+        window would buy nothing but latency. Under load the engine is rarely free and the fetched queue
+        rarely empty."""
         batcher = self._batcher
         opening = not len(batcher)
         drained = self._take(*self._consume_plan())
@@ -102,10 +102,9 @@ class Pipeline:
             # A batch just opened: fill it in this same round rather than the next one (which would
             # serve acks, back-pressure and telemetry for a batch still empty of results).
             drained = self._take(*self._consume_plan())
-        idle = drained and self._may_cut_early()
-        if batcher.ready(idle) and batcher.room():
-            idle = self._take(batcher.room(), 0) and self._may_cut_early()  # more to choose among
-        return idle
+        if batcher.ready(self._idle(drained)) and batcher.room():
+            drained = self._take(batcher.room(), 0)  # more to choose among
+        return drained
 
     def _consume_plan(self) -> tuple[int, float]:
         """How many messages to ask for, and how long consume may block. librdkafka's consume(n, timeout)
@@ -118,10 +117,12 @@ class Pipeline:
         if due is None:
             return 1, min(self._idle_s, cap)
         fill = max(1, self._policy.target - len(self._batcher))
-        return fill, 0.0 if self._may_cut_early() else min(due, cap)
+        return fill, 0.0 if self._idle(True) else min(due, cap)
 
-    def _may_cut_early(self) -> bool:
-        return self._policy.may_cut_early(computing=bool(len(self._inference)))
+    def _idle(self, drained: bool) -> bool:
+        """The open batch may be cut now: nothing more is fetched (``drained``) and the batch-size policy
+        allows an early cut with what computes now (natural batching, ``BatchPolicy.may_cut_early``)."""
+        return drained and self._policy.may_cut_early(computing=bool(len(self._inference)))
 
     def _take(self, count: int, timeout_s: float) -> bool:
         """Consume up to ``count`` records and accept them. Returns whether it came back short: nothing more
@@ -156,9 +157,10 @@ class Pipeline:
         if items:
             self._batcher.add_all(items, [item.record.received for item in items])
 
-    def _dispatch(self, idle: bool) -> None:
-        """Cut every due batch (``idle``: the open one too) and hand it to inference, while it has room."""
-        while not self._inference.full() and self._batcher.ready(idle):
+    def _dispatch(self, drained: bool) -> None:
+        """Cut every due batch and hand it to inference, while it has room; the open one too while the
+        loop is idle (asked again after each hand-off: a batch computing ends the idle moment)."""
+        while not self._inference.full() and self._batcher.ready(self._idle(drained)):
             self._inference.submit(*self._batcher.take_padded())
 
     def _finish(self, timeout_s: float | None) -> None:

@@ -1,6 +1,6 @@
 """The small interfaces the loop drives. The real implementations are ``service.kafka.Source``,
 ``service.kafka.Sink``, ``service.engine.Engine`` and ``service.observability.Telemetry`` (the type
-checker holds them to these in ``service/app.py``, where they are wired together); the unit tests use
+checker holds them to these in ``service/startup.py``, where they are wired together); the unit tests use
 hand-written fakes. Nothing here imports a client."""
 
 from __future__ import annotations

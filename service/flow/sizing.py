@@ -55,6 +55,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from service.config import BatchSettings
+
 
 @dataclass(frozen=True, slots=True)
 class Decision:
@@ -243,6 +245,25 @@ class BatchPolicy:
         self._cap = 0
         self._cap_until = float("-inf")  # no hold
         self._target = controller.target
+
+    @classmethod
+    def of(cls, batch: BatchSettings, drain_max: int | None, clock: Callable[[], float]) -> BatchPolicy:
+        """The policy ``MICROBATCH_BATCH__*`` asks for: adaptive (the controller, up to ``drain_max``, the
+        drain ceiling measured at start-up; None: no drain regime) or fixed at ``MAX_SIZE``; natural
+        batching as set."""
+        controller: BatchSizeController | FixedBatchSize = (
+            BatchSizeController(
+                batch.min_size,
+                batch.max_size,
+                batch.latency_slo_ms / 1000,
+                batch.max_wait_ms / 1000,
+                drain_max=drain_max,
+                natural=batch.natural,
+            )
+            if batch.adaptive
+            else FixedBatchSize(batch.max_size)
+        )
+        return cls(controller, clock, natural=batch.natural)
 
     @property
     def target(self) -> int:

@@ -123,8 +123,8 @@ class Capabilities:
             parse_fields=getattr(processor, "parse_fields", None),
             prepare_hook=getattr(processor, "prepare", None),
             cost=getattr(processor, "cost", None),
-            fields=tuple(getattr(processor, "fields", ())),
-            features=tuple(getattr(processor, "features", None) or ()),
+            fields=_names(getattr(processor, "fields", None)),
+            features=_names(getattr(processor, "features", None)),
         )
 
     def prepare(self, items: list[Any]) -> list[Any]:
@@ -137,6 +137,11 @@ class Capabilities:
         if len(prepared) != len(items):
             raise BatchMismatchError(f"prepare returned {len(prepared)} items for {len(items)}")
         return list(prepared)
+
+
+def _names(found: Any) -> tuple[str, ...]:
+    """An optional sequence of names as a tuple (none: empty), whatever sequence the processor keeps."""
+    return () if found is None else tuple(found)
 
 
 def prepare(processor: Processor, items: list[Any]) -> list[Any]:

@@ -332,6 +332,26 @@ def test_natural_batching_gathers_what_arrives_while_a_batch_computes(rig, clock
     assert produced == pytest.approx({0: t0 + 0.01, 1: t0 + 0.04, 2: t0 + 0.04, 3: t0 + 0.04}, abs=1e-3)
 
 
+def test_natural_batching_cuts_no_second_batch_while_the_first_computes(rig, clock):
+    # A fetch of 7 records (a message of 1, one of 6) with a target of 4: a full batch goes at once; the 3
+    # left are not cut beside it (a batch computing ends the idle moment), and take in the record that
+    # arrives meanwhile.
+    engine = SlowEngine(clock, per_item_s=0.01)
+    t0 = clock.now
+    fetched = [rec(0, otlp_json([(0, 0.5)])), rec(1, otlp_json([(i, 0.5) for i in range(1, 7)]))]
+    script = [At(t0, fetched), At(t0 + 0.02, [rec(2, otlp_json([(7, 0.5)]))])]
+    r = rig(
+        script,
+        engine=engine,
+        max_size=4,
+        batch={"natural": True, "pipeline_depth": 2},
+        input_format="otlp-json",
+        features=["attributes.a", "attributes.b"],
+    ).run()
+    assert engine.batch_sizes() == [4, 4]
+    assert last_stored(r.events) == {P0: 3}
+
+
 # -- dead letters -----------------------------------------------------------------------------------------
 
 
