@@ -54,7 +54,6 @@ from service.flow.records import Headers, InputRecord, OutRecord, Rejection, Top
 from service.kafka.delivery import Batch
 from service.kafka.source import to_record
 from service.observability import logs
-from service.processors import prepare
 from service.tools.harness.measure import tensor_padding_efficiency
 from service.tools.harness.workload import make_events
 
@@ -287,10 +286,8 @@ def _answers(
     outcomes = [decode(record, processor.parse, settings.input.max_value_bytes) for record in records]
     good = [o for o in outcomes if not isinstance(o, Rejection)]
     try:
-        items = prepare(processor, [o.item for o in good])
-        results: list = (
-            processor.postprocess(loaded.engine.run(processor.preprocess(items)), items) if items else []
-        )
+        items = loaded.caps.prepare([o.item for o in good])
+        results: list = loaded.score(items) if items else []
     except Exception as exc:
         failed = InvalidMessage(Reason.INFERENCE_ERROR, f"{type(exc).__name__}: {exc}"[:500])
         results = [failed] * len(good)
@@ -323,9 +320,10 @@ def raw_ort(settings: Settings, kind: str, seconds: float, seed: int, pool_batch
     # e.g. tokenisation: done in advance, and timed apart (in batches of the same size, as the service
     # prepares a consumed group at once), to add what the service pays for it per item.
     prepare_start = time.perf_counter()
-    items = [item for i in range(0, len(parsed), size) for item in prepare(processor, parsed[i : i + size])]
+    prepare = loaded.caps.prepare
+    items = [item for i in range(0, len(parsed), size) for item in prepare(parsed[i : i + size])]
     prepare_s_per_item = (time.perf_counter() - prepare_start) / max(len(parsed), 1)
-    cost = getattr(processor, "cost", None)
+    cost = loaded.caps.cost
     if order == "length" and cost is not None:
         items.sort(key=cost)
     batches = [processor.preprocess(items[i : i + size]) for i in range(0, len(items), size)]

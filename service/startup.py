@@ -40,7 +40,7 @@ from service.engine import blamed_setting, load_model, model_setting, warm_up
 from service.engine.memory import DeviceMemory
 from service.engine.samples import check_at_start
 from service.engine.session import Engine
-from service.errors import ConfigError, NotAuthorizedError, UnknownTopicError
+from service.errors import ConfigError
 from service.flow.assembly import Assembly
 from service.flow.backlog import Backlog
 from service.flow.backpressure import BackPressure
@@ -186,7 +186,7 @@ def started(settings: Settings, mode: Mode[S]) -> Iterator[Started[S] | None]:
         )
         source, sink = build_clients(settings.kafka, hooks, mode.consumer)
         model = load_served(settings, metrics)
-        if not check_topics(source, settings, stop.requested.is_set):
+        if not source.startup.require_topics(settings, stop.requested.is_set):
             source.close()
             yield None
             return
@@ -365,36 +365,3 @@ def build_clients(kafka: KafkaSettings, hooks: ClientHooks, consumer: type[S]) -
         message = exc.args[0].str()
         setting = client_error_setting(message, kafka) or kafka.extra_setting(message)
         raise ConfigError(setting, redact(message, kafka.private_values())) from None
-
-
-def check_topics(source: Source, settings: Settings, stopped: Callable[[], bool]) -> bool:
-    """Wait for the brokers, then insist the input topics exist; a missing output or DLQ topic is only
-    a warning (the broker may auto-create it; if not, deliveries retry and hold the commits back).
-    Returns False if a stop was requested while waiting."""
-    outputs = [settings.output.topic, settings.dlq.topic]
-    probe = source.startup
-    found = probe.wait_ready(settings.input.topics + outputs, settings.kafka.startup_timeout_s, stopped)
-    if found is None:
-        return False
-    missing = [t for t in settings.input.topics if t not in found]
-    errors = probe.topic_errors(missing + [t for t in outputs if t not in found])
-    refused = [t for t in missing if errors.get(t) == _NOT_AUTHORIZED]
-    if refused:
-        raise NotAuthorizedError(
-            f"not authorised to DESCRIBE input topic(s) {refused} ({settings.input.env('topics')}): grant "
-            f"the service's principal READ and DESCRIBE on them (docs/SECURITY.md); a topic it may not see "
-            "is not said to exist or not"
-        )
-    if missing:
-        raise UnknownTopicError(f"input topic(s) {missing} do not exist ({settings.input.env('topics')})")
-    for topic in outputs:
-        if topic in found:
-            continue
-        if errors.get(topic) == _NOT_AUTHORIZED:
-            _log.error("output_topic_not_authorized", topic=topic, needs="WRITE and DESCRIBE")
-        else:
-            _log.warning("output_topic_missing", topic=topic)
-    return True
-
-
-_NOT_AUTHORIZED = "TOPIC_AUTHORIZATION_FAILED"

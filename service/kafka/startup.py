@@ -14,8 +14,8 @@ from collections.abc import Callable
 import structlog
 from confluent_kafka import Consumer, KafkaException
 
-from service.config import KafkaSettings
-from service.errors import BrokerUnavailableError, ConfigError
+from service.config import KafkaSettings, Settings
+from service.errors import BrokerUnavailableError, ConfigError, NotAuthorizedError, UnknownTopicError
 from service.kafka.causes import Cause, cause_of
 from service.observability.logs import RateLimitedClientLog
 
@@ -128,3 +128,36 @@ class StartupProbe:
             if metadata is not None:
                 errors[topic] = metadata.error.name() if metadata.error is not None else ""
         return errors
+
+    def require_topics(self, settings: Settings, stopped: Callable[[], bool]) -> bool:
+        """Wait for the brokers (:meth:`wait_ready`), then insist the input topics exist: UnknownTopicError
+        (exit 3) for one missing, NotAuthorizedError for one this principal may not DESCRIBE. A missing
+        output or DLQ topic is only a warning (the broker may auto-create it; if not, deliveries retry and
+        hold the commits back). Returns False if a stop was requested while waiting."""
+        outputs = [settings.output.topic, settings.dlq.topic]
+        inputs = settings.input.topics
+        found = self.wait_ready(inputs + outputs, settings.kafka.startup_timeout_s, stopped)
+        if found is None:
+            return False
+        missing = [t for t in inputs if t not in found]
+        errors = self.topic_errors(missing + [t for t in outputs if t not in found])
+        refused = [t for t in missing if errors.get(t) == _NOT_AUTHORIZED]
+        if refused:
+            raise NotAuthorizedError(
+                f"not authorised to DESCRIBE input topic(s) {refused} ({settings.input.env('topics')}): "
+                "grant the service's principal READ and DESCRIBE on them (docs/SECURITY.md); a topic it may "
+                "not see is not said to exist or not"
+            )
+        if missing:
+            raise UnknownTopicError(f"input topic(s) {missing} do not exist ({settings.input.env('topics')})")
+        for topic in outputs:
+            if topic in found:
+                continue
+            if errors.get(topic) == _NOT_AUTHORIZED:
+                _log.error("output_topic_not_authorized", topic=topic, needs="WRITE and DESCRIBE")
+            else:
+                _log.warning("output_topic_missing", topic=topic)
+        return True
+
+
+_NOT_AUTHORIZED = "TOPIC_AUTHORIZATION_FAILED"
