@@ -11,9 +11,11 @@ knows ``service.app.build_pipeline``'s signature of before the redesign, a6cf271
 from __future__ import annotations
 
 import gc
+import importlib
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
@@ -45,23 +47,36 @@ def main() -> None:
         log={"stats_interval_s": 3600},
     )
     source, sink = FakeSource(script, clock, events), FakeSink(events)
+    fake_sink: Any = sink  # the fake takes a list where the Protocol says Sequence
     info = ModelInfo("m", Path("."), ("features",), ("score",), settings={"features": ["a", "b"]})
     telemetry = Telemetry(Metrics(), Health(60, 60, clock), 3600, clock)
-    common = {"clock": clock, "wall_ms": lambda: round(clock.now * 1000), "executor": Inline()}
+
+    def wall_ms() -> int:
+        return round(clock.now * 1000)
+
     try:
         from service.flow.model import Model, ModelRef
         from service.startup import build_pipeline
 
         ref = ModelRef("m", "1", "CPUExecutionProvider")
         model = Model.of(FakeEngine(), FeaturesProcessor(info), ref)
-        pipeline = build_pipeline(settings, source, sink, model, telemetry, **common)
-    except ImportError:  # before the redesign
-        from service.app import build_pipeline as old_build
-        from service.flow.encode import ModelRef as OldRef
-
-        ref = OldRef("m", "1", "CPUExecutionProvider")
-        pipeline = old_build(
-            settings, source, sink, FakeEngine(), FeaturesProcessor(info), ref, telemetry, **common
+        pipeline = build_pipeline(
+            settings, source, fake_sink, model, telemetry, clock=clock, wall_ms=wall_ms, executor=Inline()
+        )
+    except ImportError:  # a tree before the redesign: its wiring took the engine and processor apart
+        app: Any = importlib.import_module("service.app")
+        ref = importlib.import_module("service.flow.encode").ModelRef("m", "1", "CPUExecutionProvider")
+        pipeline = app.build_pipeline(
+            settings,
+            source,
+            sink,
+            FakeEngine(),
+            FeaturesProcessor(info),
+            ref,
+            telemetry,
+            clock=clock,
+            wall_ms=wall_ms,
+            executor=Inline(),
         )
     source.on_exhausted = pipeline.stop
     gc.collect()
