@@ -48,7 +48,7 @@ def run_service(settings: Settings) -> int:
             return EXIT_OK
         service = starting.warm()
         pipeline = service.pipeline()
-        settings, model = service.settings, service.model
+        settings, model = service.settings, starting.model
         _log.info(
             "started",
             model=model.ref.name,
@@ -63,7 +63,7 @@ def run_service(settings: Settings) -> int:
             if model.rows is None
             else settings.assemble.model_dump() | {"required": model.rows.required},
             kafka=settings.kafka.summary(),
-            metrics_port=service.server.port if service.server else None,
+            metrics_port=starting.server.port if starting.server else None,
         )
         service.serve(pipeline)
         return EXIT_OK

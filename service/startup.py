@@ -121,52 +121,36 @@ class Started(Generic[S]):
         settings = settings.model_copy(update={"batch": batch})
         check_at_start(settings, model)
         self.health.warmed_up = True
-        telemetry = Telemetry(self.metrics, self.health, settings.log.stats_interval_s)
         return Service(
-            settings,
-            self.stop,
-            self.metrics,
-            self.health,
-            self.source,
-            self.sink,
-            model,
-            telemetry,
-            drain_max,
-            self.server,
+            self, settings, Telemetry(self.metrics, self.health, settings.log.stats_interval_s), drain_max
         )
 
 
 @dataclass(frozen=True, slots=True)
 class Service(Generic[S]):
-    """The parts a mode started, ready for its loop. ``settings`` are those the loop runs with (the mode's
-    batch settings in); ``drain_max`` is the drain ceiling chosen at start-up; ``server`` the metrics and
-    probes port (None when off)."""
+    """The parts a mode started (``started``), ready for its loop. ``settings`` are those the loop runs with
+    (the mode's batch settings in); ``drain_max`` is the drain ceiling chosen at start-up."""
 
+    started: Started[S]
     settings: Settings
-    stop: Stop
-    metrics: Metrics
-    health: Health
-    source: S
-    sink: Sink
-    model: Model[Engine]
     telemetry: Telemetry
     drain_max: int | None
-    server: MetricsServer | None
 
     def pipeline(self, source: SourceLike | None = None) -> Pipeline:
         """The loop over these parts; ``source`` replaces the consumer it reads (a backfill's range)."""
+        started = self.started
         return build_pipeline(
             self.settings,
-            self.source if source is None else source,
-            self.sink,
-            self.model,
+            started.source if source is None else source,
+            started.sink,
+            started.model,
             self.telemetry,
             drain_max=self.drain_max,
         )
 
     def serve(self, pipeline: Pipeline) -> None:
         """Run ``pipeline`` until a signal (or it stops itself), then drain, commit and close."""
-        self.stop.attach(pipeline)
+        self.started.stop.attach(pipeline)
         freeze_heap()
         pipeline.run()
 

@@ -117,7 +117,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             _report(args.job, planned, {}, 0.0, done=True, nothing=True)
             return EXIT_OK
         service = starting.warm()
-        progress = Progress(planned.ranges.total, service.metrics.registry, interval_s=args.progress_interval)
+        progress = Progress(
+            planned.ranges.total, starting.metrics.registry, interval_s=args.progress_interval
+        )
 
         def finish() -> None:
             # The range is read. Assembled rows still open close on their deadline first, so that the
@@ -132,7 +134,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         progress.close(planned.ranges)
         done = (
             planned.ranges.done
-            and not service.stop.requested.is_set()
+            and not starting.stop.requested.is_set()
             and pipeline.in_flight == 0
             and pipeline.committed
         )
