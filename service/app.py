@@ -6,7 +6,7 @@ import argparse
 
 import structlog
 
-from service.config import BatchSettings, Settings
+from service.config import BatchSettings, Settings, common_help
 from service.engine.drain import drain_ceiling
 from service.errors import EXIT_OK
 from service.flow.model import Model
@@ -18,7 +18,10 @@ _log = structlog.get_logger("microbatch")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """``run`` takes no flags: every setting is a MICROBATCH_* variable."""
+    """``run`` takes no flags: every setting is a MICROBATCH_* variable; the help lists the common ones."""
+    parser.description = "Run the service until SIGTERM or SIGINT. Every setting is a MICROBATCH_* variable."
+    parser.epilog = common_help()
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter  # the epilog is laid out already
 
 
 def run(_args: argparse.Namespace, settings: Settings) -> int:

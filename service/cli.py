@@ -5,7 +5,9 @@ configuration or usage, 3 environment not ready at start-up (no broker answered,
 missing).
 
 Each command is a module with ``add_arguments(parser)`` and ``run(args, settings) -> exit code``. Only the
-module of the command being run is imported, so ``microbatch run`` loads none of the tooling.
+module of the command being run is imported, so ``microbatch run`` loads none of the tooling. The settings
+are loaded (and logging configured) before the command runs, and the first bad one stops it; ``config``
+alone reads them itself, to list every problem.
 
 Developer tooling is not in the installed package: in a source checkout, ``make bench`` (``python -m bench``)
 benchmarks the service against its baselines and ``make models`` (``python -m modelbuild``) rebuilds the
@@ -23,7 +25,7 @@ from types import ModuleType
 
 import structlog
 
-from service.config import load_settings
+from service.config import load_settings, misnamed
 from service.errors import MicrobatchError
 from service.observability import logs
 
@@ -32,6 +34,8 @@ from service.observability import logs
 class Command:
     help: str
     module: str
+    settings: bool = True
+    """Whether the CLI loads the settings for it; False: ``run(args, None)``, the command reads them."""
 
     def load(self) -> ModuleType:
         return importlib.import_module(self.module)
@@ -39,12 +43,17 @@ class Command:
 
 COMMANDS = {
     "run": Command("run the service (settings from MICROBATCH_* variables)", "service.app"),
+    "config": Command(
+        "print the settings in effect and where each came from; list every problem",
+        "service.tools.config",
+        settings=False,
+    ),
     "backfill": Command(
         "score a range of the input topics with large batches, then exit", "service.backfill.command"
     ),
     "produce": Command("send generated log or metrics events to a topic", "service.tools.produce"),
     "demo": Command(
-        "run both reference models on generated traffic and print a summary", "service.tools.demo"
+        "run the three reference models on generated traffic and print a summary", "service.tools.demo"
     ),
     "check": Command(
         "run sample values through the model with no Kafka and print the results", "service.tools.check"
@@ -68,7 +77,9 @@ EPILOG = (
 
 def parser(command: str | None) -> argparse.ArgumentParser:
     """The whole command line, with the options of ``command`` only (the others are not imported)."""
-    top = argparse.ArgumentParser(prog="microbatch", description=__doc__.splitlines()[0], epilog=EPILOG)
+    # The docstring's first line, without its markup: help is read on a terminal.
+    description = __doc__.splitlines()[0].replace("``", "")
+    top = argparse.ArgumentParser(prog="microbatch", description=description, epilog=EPILOG)
     sub = top.add_subparsers(dest="command", required=True)
     for name, spec in COMMANDS.items():
         command_parser = sub.add_parser(name, help=spec.help)
@@ -91,16 +102,25 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"run {instead} in a source checkout"
             )
     args = top.parse_args(argv)
-    return execute(COMMANDS[args.command].load(), args)
+    spec = COMMANDS[args.command]
+    return execute(spec.load(), args, settings=spec.settings)
 
 
-def execute(command: ModuleType, args: argparse.Namespace) -> int:
+def execute(command: ModuleType, args: argparse.Namespace, *, settings: bool = True) -> int:
     """Run ``command`` (a module with ``run(args, settings)``) with the settings and logging configured;
-    its exit code, or the error's."""
+    its exit code, or the error's. A variable that looks like a setting but is none
+    (``MICROBATCH_INPUT_TOPICS``) is logged as an ``unknown_setting`` warning and does not stop it:
+    deployments carry such names for reasons of their own. ``settings=False``: ``run(args, None)``."""
     try:
-        settings = load_settings()
-        logs.configure(settings.log)
-        code: int = command.run(args, settings)
+        if not settings:
+            code: int = command.run(args, None)
+            return code
+        loaded = load_settings()
+        logs.configure(loaded.log)
+        log = structlog.get_logger("microbatch")
+        for name in misnamed():
+            log.warning("unknown_setting", variable=name.variable, did_you_mean=name.closest)
+        code = command.run(args, loaded)
         return code
     except MicrobatchError as exc:
         if exc.exit_code == 1:

@@ -24,9 +24,13 @@ def env_name(loc: tuple[str | int, ...]) -> str:
 class Section(BaseModel):
     """One concern's settings: frozen, and a misspelt field (``MICROBATCH_BATCH__MAX_SIZ``) is an error,
     not ignored. :meth:`env` names a field's variable, derived from where the section sits in
-    ``Settings``, so no variable name is typed by hand."""
+    ``Settings``, so no variable name is typed by hand.
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    Each field's docstring is its documentation, the one source of it: pydantic keeps it as the field's
+    ``description``, and docs/CONFIG.md, ``.env.example`` and ``microbatch config`` are rendered from it
+    (``service.config.reference``). Say what the setting does and its unit."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     section: ClassVar[str] = ""
     """The section's name in ``Settings`` (``batch``); set by ``Settings`` itself."""

@@ -37,41 +37,62 @@ class KafkaSettings(Section):
     """Connection to the cluster; shared by the consumer and the producer."""
 
     bootstrap_servers: str = "127.0.0.1:9092"
+    """The brokers to connect to first, ``host:port`` each, comma-separated."""
     group_id: str = "microbatch"
+    """The consumer group; replicas of one service share it and split the input partitions."""
     client_id: str = "microbatch"
+    """The client id of both the consumer and the producer, as the brokers' logs and quotas see it."""
     security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    """How to talk to the brokers: in the clear, over TLS, with SASL authentication, or both."""
     sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"] | None = None
+    """The SASL mechanism, for ``SASL_PLAINTEXT`` and ``SASL_SSL``."""
     sasl_username: str | None = None
+    """The SASL user name (``PLAIN``, ``SCRAM-*``)."""
     sasl_password: SecretStr | None = None
+    """The SASL password; never logged (``SASL_PASSWORD_FILE``: from a file)."""
     sasl_password_file: Path | None = None
-    """A file holding the password (a Kubernetes Secret volume): read at start-up, its trailing newline
-    dropped. Every secret has one: ``SASL_OAUTHBEARER_CLIENT_SECRET_FILE``, ``SSL_KEY_PASSWORD_FILE``."""
+    """A file holding the password instead (a Kubernetes Secret volume): read at start-up, its trailing
+    newline dropped. Every secret has such a setting (``SASL_OAUTHBEARER_CLIENT_SECRET_FILE``,
+    ``SSL_KEY_PASSWORD_FILE``), and setting both the secret and its file is an error."""
     sasl_oauthbearer_token_endpoint_url: str | None = None
-    """OAUTHBEARER with OIDC client credentials: the token endpoint, and the client below."""
+    """``OAUTHBEARER`` with OIDC client credentials: the token endpoint (an ``https://`` URL)."""
     sasl_oauthbearer_client_id: str | None = None
+    """``OAUTHBEARER`` with OIDC: the client id the token is asked for."""
     sasl_oauthbearer_client_secret: SecretStr | None = None
+    """``OAUTHBEARER`` with OIDC: the client's secret; never logged."""
     sasl_oauthbearer_client_secret_file: Path | None = None
+    """A file holding the OIDC client secret instead, its trailing newline dropped."""
     sasl_oauthbearer_scope: str | None = None
+    """``OAUTHBEARER`` with OIDC: the scope to ask the token for (unset: the provider's default)."""
     ssl_ca_file: Path | None = None
-    """PEM file of the CA(s) that signed the brokers' certificates (unset: the system's)."""
+    """PEM file of the CA(s) that signed the brokers' certificates (unset: the system's CAs)."""
     ssl_cert_file: Path | None = None
-    """PEM client certificate, for brokers that require one (mTLS)."""
+    """PEM client certificate, for brokers that require one (mTLS); goes with ``SSL_KEY_FILE``."""
     ssl_key_file: Path | None = Field(None, validate_default=True)
-    """PEM private key of the client certificate."""
+    """PEM private key of the client certificate; set both or neither."""
     ssl_key_password: SecretStr | None = None
+    """The passphrase of an encrypted ``SSL_KEY_FILE``; never logged."""
     ssl_key_password_file: Path | None = None
+    """A file holding the key's passphrase instead, its trailing newline dropped."""
     ssl_endpoint_identification: bool = True
-    """Check that the broker's certificate names the host connected to; off only for certificates without
-    the right names."""
+    """Check that the broker's certificate names the host connected to (``SSL``, ``SASL_SSL``); off only
+    for certificates without the right names."""
     auto_offset_reset: Literal["earliest", "latest"] = "earliest"
+    """Where a new consumer group starts reading: the oldest message kept, or only new ones."""
     startup_timeout_s: float = Field(30.0, ge=0)
-    """How long start-up waits for the brokers to answer; 0 waits forever."""
+    """How long start-up waits for a broker to answer, in seconds; 0 waits forever."""
     session_timeout_ms: int = Field(45_000, ge=1_000)
+    """The consumer group's session timeout, in milliseconds: a replica silent this long is evicted."""
     max_poll_interval_ms: int = Field(300_000, ge=1_000, validate_default=True)
+    """The longest time between two polls before the consumer leaves its group, in milliseconds; at least
+    ``SESSION_TIMEOUT_MS``."""
     extra: dict[str, KafkaValue] = Field(default_factory=dict)
-    """librdkafka options passed to both clients, as a JSON object."""
+    """librdkafka options passed to both clients, as a JSON object (``{"fetch.min.bytes": 1024}``); they
+    win over the service's own choices, except the four the delivery guarantee rests on."""
     consumer_extra: dict[str, KafkaValue] = Field(default_factory=dict)
+    """librdkafka options for the consumer only, as a JSON object; like ``EXTRA``."""
     producer_extra: dict[str, KafkaValue] = Field(default_factory=dict)
+    """librdkafka options for the producer only, as a JSON object; like ``EXTRA``."""
 
     @field_validator(*EXTRA_FIELDS)
     @classmethod
