@@ -63,6 +63,7 @@ def load_model(settings: Settings) -> Model[Engine]:
         conf.allow_spinning,
         settings.gpu,
         served_shapes(settings),
+        default_providers="providers" not in conf.model_fields_set,
     )
     assembling = settings.assemble.enabled
     if assembling is None:

@@ -20,6 +20,11 @@ _SETTING = ModelSettings.env("providers")
 CUDNN_MAJOR = 9
 """The cuDNN that onnxruntime-gpu's CUDA provider links against (its install page: CUDA 12 or 13, cuDNN 9)."""
 INSTALL_HINT = "pip install 'onnxruntime-gpu[cuda,cudnn]', or put the libraries on LD_LIBRARY_PATH"
+NO_DRIVER = (
+    "no NVIDIA driver (libcuda.so.1 not found: the host's driver, which a container gets from the NVIDIA "
+    "Container Toolkit)"
+)
+""":func:`cuda_problem`'s answer where there is no NVIDIA driver: a CPU machine, not a broken GPU one."""
 
 Loader = Callable[[str], object]
 
@@ -89,10 +94,7 @@ def _devices(load: Loader) -> tuple[int, str]:
     try:
         driver = load("libcuda.so.1")
     except OSError:
-        return 0, (
-            "no NVIDIA driver (libcuda.so.1 not found: the host's driver, which a container gets from the "
-            "NVIDIA Container Toolkit)"
-        )
+        return 0, NO_DRIVER
     count = ctypes.c_int(0)
     status = driver.cuInit(0)  # type: ignore[attr-defined]
     if status == 0:
@@ -131,6 +133,15 @@ def choose_providers(
             "add CPUExecutionProvider to fall back",
         )
     return usable, dropped
+
+
+def expected_drop(default: bool, cuda: str | None) -> bool:
+    """Whether dropping the GPU providers needs no warning: ``default``, the providers nobody set (CUDA
+    only if it is there, then the CPU), on a machine with no NVIDIA driver at all, i.e. a CPU machine
+    serving on its CPU as it should. A list a setting asked for (the ``gpu`` overlay sets CUDA first), or a
+    driver with CUDA still unusable (no device, a library missing, ONNX Runtime built without CUDA), is a
+    misconfiguration worth a warning. ``cuda``: :func:`cuda_problem`'s answer."""
+    return default and cuda == NO_DRIVER
 
 
 # -- how each provider is set up -------------------------------------------------------------------------

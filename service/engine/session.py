@@ -18,6 +18,7 @@ from service.engine.providers import (
     Shapes,
     choose_providers,
     cuda_problem,
+    expected_drop,
     provider_options,
     trt_profile,
 )
@@ -42,9 +43,14 @@ class Engine:
         allow_spinning: bool = False,
         gpu: GpuSettings | None = None,
         shapes: Shapes | None = None,
+        default_providers: bool = False,
     ) -> None:
         """``gpu``: the CUDA and TensorRT options (defaults when None); ``shapes``: the batch sizes and
-        sequence lengths TensorRT's profile covers (no profile when None)."""
+        sequence lengths TensorRT's profile covers (no profile when None); ``default_providers``:
+        ``providers`` is the default list, not one a setting asked for. Logs ``providers`` (info) naming
+        the one serving when ``providers`` offered a choice, and ``providers_unavailable`` (warning) with
+        why for requested ones that cannot serve, unless that is the default list on a machine with no
+        NVIDIA driver (``providers.expected_drop``)."""
         cuda = cuda_problem() if GPU_PROVIDERS & set(providers) else None
         usable, dropped = choose_providers(
             providers, ort.get_all_providers(), ort.get_available_providers(), cuda
@@ -52,7 +58,8 @@ class Engine:
         self.dropped = dropped
         """Requested providers that cannot serve here, each with why (no driver, no device, a library
         missing, not in this build)."""
-        if dropped:
+        # A CPU machine serving the default list is not news: CUDA was only ever a "use it if it is there".
+        if dropped and not expected_drop(default_providers, cuda):
             _log.warning("providers_unavailable", dropped=dropped, using=usable)
         options = ort.SessionOptions()
         options.intra_op_num_threads = intra_op_threads
@@ -73,6 +80,8 @@ class Engine:
         self.provider: str = self._session.get_providers()[0]
         if self.provider != usable[0]:
             _log.warning("provider_fallback", requested=usable[0], using=self.provider)
+        elif len(providers) > 1:  # there was a choice: say which one serves (one line)
+            _log.info("providers", chosen=self.provider)
         self.inputs = tuple(_port(i) for i in self._session.get_inputs())
         self.outputs = tuple(_port(o) for o in self._session.get_outputs())
         self.input_names = tuple(i.name for i in self.inputs)

@@ -35,6 +35,13 @@ def reference_names() -> list[str]:
     return sorted(manifest()["models"])
 
 
+def reference_file(name: str) -> Path | None:
+    """The committed file of the reference model ``name`` (as ``models list`` shows it); None for a name
+    that is not one."""
+    entry = manifest()["models"].get(name)
+    return None if entry is None else MODELS_DIR / entry["file"]
+
+
 def choose_model(settings: ModelSettings) -> ModelChoice:
     """``MICROBATCH_MODEL__PATH`` serves the user's file; otherwise ``MICROBATCH_MODEL__NAME`` must name a
     reference model. Raises ConfigError naming the setting."""

@@ -19,7 +19,8 @@ class RateLimitedClientLog:
     A broker outage makes librdkafka report a failed connect every ~50 ms per client; unthrottled that
     is hundreds of identical error lines a minute, which bury everything else. librdkafka quotes option
     values in some lines (``fopen(<ssl.key.location>)``, a rejected value): every one of ``private``
-    (``KafkaSettings.private_values``) is replaced by ``***``.
+    (``KafkaSettings.private_values``) is replaced by ``***``. A line ``hold(facility, client, message)``
+    holds is logged at debug: a retry that settles by itself (``service.kafka.retries``).
     """
 
     def __init__(
@@ -28,10 +29,12 @@ class RateLimitedClientLog:
         clock: Callable[[], float] = time.monotonic,
         private: Iterable[str] = (),
         tap: Callable[[str], None] | None = None,
+        hold: Callable[[str, str, str], bool] | None = None,
     ) -> None:
         self._log = structlog.get_logger("librdkafka")
         self._every_s = every_s
         self._clock = clock
+        self._hold = hold
         self._redact = redactor(private)
         self._last: dict[tuple[str, str], tuple[float, int]] = {}
         self.tap = tap
@@ -42,6 +45,8 @@ class RateLimitedClientLog:
         if self.tap is not None and args:
             self.tap(str(args[-1]))
         key = (str(args[1]), str(args[0])) if len(args) >= 2 else ("", fmt)
+        if self._hold is not None and len(args) >= 3 and self._hold(str(args[0]), str(args[1]), str(args[2])):
+            level = logging.DEBUG
         now = self._clock()
         last, skipped = self._last.get(key, (float("-inf"), 0))
         if now - last < self._every_s:
@@ -54,8 +59,12 @@ class RateLimitedClientLog:
 
 def client_log(conf: Mapping[str, object], private: Iterable[str] = ()) -> RateLimitedClientLog:
     """The ``logger`` of a client built from ``conf``: the values of its credential options redacted, and
-    those of ``private`` (the service's clients pass ``KafkaSettings.private_values()``)."""
-    return RateLimitedClientLog(private=[*private_values_of(conf), *private])
+    those of ``private`` (the service's clients pass ``KafkaSettings.private_values()``); the retries that
+    settle by themselves held at debug while they settle."""
+    # Imported here: the kafka package owns librdkafka's error codes, and its clients import this module.
+    from service.kafka.retries import Settling
+
+    return RateLimitedClientLog(private=[*private_values_of(conf), *private], hold=Settling().hold)
 
 
 def configure(settings: LogSettings) -> None:

@@ -12,15 +12,18 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper
+from structlog.testing import capture_logs
 
 from service.config import GpuSettings, Settings
 from service.engine import Engine, choose_providers, cuda_device_count, drain
-from service.engine.model import served_shapes
+from service.engine.model import load_model, served_shapes
 from service.engine.providers import (
+    NO_DRIVER,
     Shapes,
     built_with_cuda,
     cuda_libraries,
     cuda_problem,
+    expected_drop,
     provider_options,
     trt_profile,
 )
@@ -170,6 +173,26 @@ def test_the_reason_reaches_the_error_when_nothing_else_can_serve():
     assert "libcudnn.so.9" in str(err.value)
 
 
+# -- whether a drop is news: a CPU machine on the default list is not ---------------------------------------
+
+
+def test_the_default_list_without_a_driver_is_an_expected_drop():
+    assert cuda_problem(loader(None), no_preload) == NO_DRIVER
+    assert expected_drop(True, NO_DRIVER)
+
+
+@pytest.mark.parametrize(
+    ("default", "cuda"),
+    [
+        (True, NO_DEVICE),  # a driver but no device: a GPU machine gone wrong
+        (True, "a CUDA library is missing: libcudnn.so.9"),
+        (False, NO_DRIVER),  # a setting asked for CUDA (the gpu overlay): the user wants to know
+    ],
+)
+def test_a_driver_that_cannot_serve_or_a_list_a_setting_asked_for_is_worth_a_warning(default, cuda):
+    assert not expected_drop(default, cuda)
+
+
 # -- provider options: CUDA and TensorRT as settings -----------------------------------------------------
 
 
@@ -293,6 +316,35 @@ def test_default_providers_fall_back_to_cpu_without_a_gpu(model_path):
     assert engine.describe()["dropped"] == engine.dropped
     assert engine.bound is None  # I/O binding is for the GPU
     np.testing.assert_array_equal(engine.run({"X": np.ones((1, FEATURES), np.float32)})["Y"], [[2, 2, 2]])
+
+
+@pytest.mark.skipif(cuda_device_count() > 0, reason="checks the log of a machine without a GPU")
+def test_a_cpu_machine_on_the_default_list_says_which_provider_serves_and_warns_of_nothing(model_path):
+    default = list(Settings().model.providers)
+    assert CUDA in default
+    with capture_logs() as captured:
+        Engine(model_path, default, default_providers=True)
+    assert [(e["event"], e["log_level"], e.get("chosen")) for e in captured] == [("providers", "info", CPU)]
+    with capture_logs() as captured:
+        Engine(model_path, default)  # the same list from a setting: what was dropped is news
+    assert [(e["event"], e["log_level"]) for e in captured] == [
+        ("providers_unavailable", "warning"),
+        ("providers", "info"),
+    ]
+    with capture_logs() as captured:
+        Engine(model_path, [CPU])  # no choice made: nothing to say
+    assert captured == []
+
+
+@pytest.mark.skipif(cuda_device_count() > 0, reason="checks the log of a machine without a GPU")
+def test_load_model_warns_only_when_a_setting_asked_for_the_providers():
+    def warnings(**model: object) -> list[str]:
+        with capture_logs() as captured:
+            load_model(Settings(model={"name": "metrics-anomaly", **model}))
+        return [e["event"] for e in captured if e["log_level"] == "warning"]
+
+    assert warnings() == []
+    assert warnings(providers=["cuda", "cpu"]) == ["providers_unavailable"]
 
 
 @pytest.mark.parametrize("content", [b"", b"this is not an onnx model", b"\x08\x07\x12\x00garbage\xff"])

@@ -88,7 +88,8 @@ def test_inspect_shows_ports_classes_metadata_and_settings_to_start_from(tmp_pat
     assert "output_probability       seq(map(int64,tensor(float)))" in out
     assert "{class: probability} (ZipMap)" in out
     assert "classes   [0, 1] (from the graph's classifier)" in out
-    assert "MICROBATCH_MODEL__FEATURES=...  # the 3 numeric fields" in out
+    assert "# the 3 numeric fields (paths), in training order\nMICROBATCH_MODEL__FEATURES=...\n" in out
+    assert f"MICROBATCH_MODEL__PATH={path.resolve()}\n" in out
     assert main(["models", "inspect", str(MODELS_DIR / "log-classifier.onnx")]) == 0
     out = capsys.readouterr().out
     assert "input_ids                tensor(int64)                        [batch, seq]" in out
