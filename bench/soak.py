@@ -98,7 +98,8 @@ def summarize(samples: list[dict]) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--bootstrap", default="127.0.0.1:9092")
+    broker = os.environ.get("MICROBATCH_KAFKA__BOOTSTRAP_SERVERS", "127.0.0.1:9092")  # make soak sets it
+    parser.add_argument("--bootstrap", default=broker)
     parser.add_argument("--duration", type=float, default=600.0)
     parser.add_argument("--rate", default="auto")
     parser.add_argument("--model", default="metrics-anomaly", choices=("metrics-anomaly", "log-classifier"))

@@ -197,53 +197,13 @@ configured_port() {
     sed -n 's|^listeners=PLAINTEXT://[^:]*:\([0-9]*\).*|\1|p' "$PROPS" | head -n 1
 }
 
-# Readiness: a real Kafka Metadata (v4) round trip whose live brokers include this node, i.e.
-# the broker is registered with the KRaft controller and unfenced (in a cluster another node's
-# being live is not enough). Uses only the Python standard library; falls back to "port open +
-# 'Kafka Server started' in the log".
-PROBE_PY='
-import socket, struct, sys
-host, port, node_id = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-client_id = b"kafka-local-probe"
-# RequestHeader v1 + MetadataRequest v4: topics=[] (none), allow_auto_topic_creation=false
-body = struct.pack(">hhih", 3, 4, 7, len(client_id)) + client_id + struct.pack(">ib", 0, 0)
-try:
-    with socket.create_connection((host, port), timeout=2) as s:
-        s.settimeout(2)
-        s.sendall(struct.pack(">i", len(body)) + body)
-        def read(n):
-            buf = b""
-            while len(buf) < n:
-                chunk = s.recv(n - len(buf))
-                if not chunk:
-                    raise EOFError("connection closed by the broker")
-                buf += chunk
-            return buf
-        (size,) = struct.unpack(">i", read(4))
-        resp = read(size)
-except (OSError, EOFError) as exc:
-    print(f"metadata probe: {exc}")
-    sys.exit(1)
-corr, _throttle, nbrokers = struct.unpack(">iii", resp[:12])
-live, pos = [], 12
-try:
-    for _ in range(max(nbrokers, 0)):  # node_id, host, port, rack (nullable)
-        (nid, hlen) = struct.unpack_from(">ih", resp, pos)
-        pos += 6 + hlen + 4
-        (rlen,) = struct.unpack_from(">h", resp, pos)
-        pos += 2 + max(rlen, 0)
-        live.append(nid)
-except struct.error:
-    live = []
-if corr != 7 or node_id not in live:
-    print(f"metadata probe: live brokers {live}, not node {node_id}")
-    sys.exit(1)
-'
-
+# Readiness: a real Kafka Metadata (v4) round trip whose live brokers include this node (probe.py), i.e.
+# the broker is registered with the KRaft controller and unfenced. Uses only the Python standard library;
+# falls back to "port open + 'Kafka Server started' in the log".
 broker_ready() {
     local port="${1:-$KAFKA_PORT}"
     if command -v python3 >/dev/null 2>&1; then
-        python3 -c "$PROBE_PY" "$HOST" "$port" "$NODE_ID" >/dev/null 2>&1
+        python3 "$SCRIPT_DIR/probe.py" "$HOST" "$port" "$NODE_ID" >/dev/null 2>&1
     else
         port_open "$port" && grep -q 'Kafka Server started' "$SERVER_LOG" 2>/dev/null
     fi

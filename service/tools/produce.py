@@ -132,8 +132,9 @@ class EventProducer:
     ) -> ProduceReport:
         """Send ``count`` events of ``kind`` to ``topic`` at ``rate`` per second (0: as fast as possible),
         replacing a ``poison_ratio`` share by malformed messages. Keys are host names. ``too_large_bytes``
-        is the padding of the ``too_large`` poison kind, which is left out when None. Blocks until every
-        message is acknowledged; raises RuntimeError if any delivery fails."""
+        is the padding of the ``too_large`` poison kind, which is left out when None. ``stop()``, asked before
+        each event, ends the sending early. Blocks until every message sent is acknowledged; raises
+        RuntimeError if any delivery fails."""
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}")
         gen = EventGenerator(seed)
@@ -146,6 +147,8 @@ class EventProducer:
         while report.sent < count and not (stop and stop()):
             chunk = min(_CHUNK, count - report.sent)
             for event in gen.logs(chunk) if kind == "logs" else gen.metrics(chunk):
+                if stop and stop():
+                    break
                 value: bytes | None
                 if poison_ratio and rng.random() < poison_ratio:
                     pk = rng.choice(poison_kinds)

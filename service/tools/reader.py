@@ -4,6 +4,7 @@ the bench and the tests. Records come out as :class:`service.flow.records.InputR
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping
@@ -61,6 +62,62 @@ def read_at_least(
     finally:
         consumer.close()
     return found
+
+
+class Tail:
+    """Follows topics live from their beginning, on a thread of its own, keeping each record's value with the
+    wall-clock time (ms) it was read: what a downstream consumer sees, and when. Start with :meth:`start`,
+    end with :meth:`stop`. Not for the run path: it keeps everything it reads."""
+
+    def __init__(self, client_conf: ClientConf, topics: list[str], timeout_s: float = 60) -> None:
+        self._consumer = _reader(client_conf)
+        self._topics = topics
+        self._timeout_s = timeout_s
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._follow, name="tail", daemon=True)
+        self.read: dict[str, list[tuple[bytes | None, int]]] = {topic: [] for topic in topics}
+        """Per topic, ``(value, read at ms)`` in the order read; appended to by the tail's thread only."""
+        self.error: BaseException | None = None
+
+    def start(self) -> None:
+        """Assign every partition of the topics from the beginning and start following. Raises
+        UnknownTopicError for a topic that does not exist."""
+        parts = [TopicPartition(t, p, OFFSET_BEGINNING) for t in self._topics for p in self._parts(t)]
+        self._consumer.assign(parts)
+        self._thread.start()
+
+    def _parts(self, topic: str) -> list[int]:
+        return _partitions(self._consumer, topic, self._timeout_s)
+
+    def _follow(self) -> None:
+        try:
+            while not self._stopping.is_set():
+                # consume() would wait for all 500 or its timeout: the first one at once, then what is there.
+                first = self._consumer.poll(0.1)
+                if first is None:
+                    continue
+                read_ms = time.time_ns() // 1_000_000  # as soon as the client handed them over
+                for msg in [first, *self._consumer.consume(500, 0)]:
+                    if msg.error() is None:
+                        self.read[msg.topic() or ""].append((msg.value(), read_ms))
+        except BaseException as exc:  # kept for the caller: a thread has no one else to tell
+            self.error = exc
+
+    def wait_for(self, topic: str, count: int, timeout_s: float) -> bool:
+        """Until ``count`` records of ``topic`` were read; False if not within ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while len(self.read[topic]) < count:
+            if time.monotonic() > deadline or not self._thread.is_alive():
+                return False
+            time.sleep(0.05)
+        return True
+
+    def stop(self) -> None:
+        """Stop following and close the consumer; what was read stays in :attr:`read`."""
+        self._stopping.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        self._consumer.close()
 
 
 @contextlib.contextmanager
