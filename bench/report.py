@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import textwrap
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,8 @@ from typing import Any
 BEGIN = "<!-- bench-results:begin -->"
 END = "<!-- bench-results:end -->"
 NA = "n/a"
+WIDTH = 110
+"""Prose lines are wrapped at this width, as the docs' own are; tables and headings are left whole."""
 _AUTOGROUP = {
     True: "scheduler autogroup on (CPU shared per session: broker apart from the clients)",
     False: "scheduler autogroup off",
@@ -33,7 +36,18 @@ def render(result: Mapping[str, Any]) -> str:
         parts += [_scenario_heading(key, scenario), _systems_table(scenario)]
         parts += [line for line in [_repeats_line(scenario), _light_table(scenario)] if line]
         parts.append(_targets_table(scenario))
-    return "\n\n".join(parts) + "\n"
+    return "\n\n".join(_wrapped(part) for part in parts) + "\n"
+
+
+def _wrapped(part: str) -> str:
+    """``part`` with each line of prose longer than WIDTH wrapped; table rows and headings as they are."""
+    lines: list[str] = []
+    for line in part.split("\n"):
+        if len(line) <= WIDTH or line.startswith(("|", "#")):
+            lines.append(line)
+        else:
+            lines += textwrap.wrap(line, WIDTH, break_long_words=False, break_on_hyphens=False)
+    return "\n".join(lines)
 
 
 def _run_line(result: Mapping[str, Any]) -> str:

@@ -99,12 +99,12 @@ def test_targets_table_shows_value_threshold_and_verdict():
 
 
 def test_the_run_line_names_the_date_machine_and_settings():
-    first = render(RESULT).splitlines()[0]
+    first = render(RESULT).split("\n\n")[0].replace("\n", " ")
     for expected in ("2026-01-02T03:04:05+00:00", "Some CPU", "2 cores", "Apache Kafka 4.4.0", "batch 4-16"):
         assert expected in first
     assert "quick" not in first
     assert "scheduler autogroup off" in first
-    autogroup = render(RESULT | {"machine": RESULT["machine"] | {"sched_autogroup": True}}).splitlines()[0]
+    autogroup = render(RESULT | {"machine": RESULT["machine"] | {"sched_autogroup": True}}).split("\n\n")[0]
     assert "scheduler autogroup on" in autogroup
     quick = render(RESULT | {"run": RESULT["run"] | {"quick": True}}).splitlines()[0]
     assert "not for comparison" in quick
@@ -187,7 +187,7 @@ def test_the_heading_names_the_backfill_batch_size_and_its_rows_are_tabled():
     ratio = {"name": "backfill / service throughput", "value": 1.62, "op": ">=", "threshold": 1.3}
     scenario["targets"].insert(0, ratio | {"passed": True})
     text = render(result)
-    assert "The backfill, with the default settings, cut its batches at 128" in text
+    assert "The backfill, with the default settings, cut its batches at 128" in " ".join(text.split())
     (row,) = table_rows(text, "backfill: ")
     assert row[1:3] == ["20,000", "n/a"] and row[6] == "127.9"
     (verdict_row,) = table_rows(text, "backfill / service")
