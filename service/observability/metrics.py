@@ -78,30 +78,59 @@ class OptionalGauge(Collector):
 
 
 class BulkHistogram(Collector):
-    """A histogram fed a whole array at a time: one ``searchsorted`` and ``bincount`` per call instead
-    of one locked ``observe`` per value. Exposed like any Prometheus histogram (``_bucket``, ``_sum``,
-    ``_count``). Safe to feed from one thread while another scrapes."""
+    """A histogram the loop feeds at the cost of a list append: values, one at a time or a whole array, wait
+    in a list and are counted into their buckets in one ``searchsorted`` and ``bincount`` when ``FOLD_AT``
+    entries have waited or a scrape reads it, where a library histogram takes a lock and scans its buckets
+    in Python for every value. Exposed like any Prometheus histogram (``_bucket``, ``_sum``, ``_count``).
+    ``scale`` is one fed unit in the exposed one (milliseconds fed, seconds exposed: 0.001). Safe to feed
+    from one thread while another scrapes."""
 
-    def __init__(self, name: str, documentation: str, buckets: Sequence[float]) -> None:
+    FOLD_AT = 1024
+    """Entries (values or arrays) that may wait: memory stays bounded when nobody scrapes."""
+
+    def __init__(
+        self, name: str, documentation: str, buckets: Sequence[float], *, scale: float = 1.0
+    ) -> None:
         self._name, self._doc = name, documentation
         self._bounds = np.asarray(buckets, dtype=np.float64)
+        self._fed_bounds = self._bounds / scale
+        self._scale = scale
         self._counts = np.zeros(len(buckets) + 1, dtype=np.int64)  # the last one is +Inf
-        self._sum = 0.0
+        self._sum = 0.0  # in the fed unit
+        self._pending: list[float | np.ndarray] = []
         self._lock = threading.Lock()
+
+    def observe(self, value: float) -> None:
+        """Count one value (upper bounds inclusive)."""
+        with self._lock:
+            self._pending.append(value)
+            if len(self._pending) >= self.FOLD_AT:
+                self._fold()
 
     def observe_many(self, values: np.ndarray) -> None:
         """Count every value of ``values`` (any shape) into its bucket (upper bounds inclusive)."""
         if values.size == 0:
             return
-        flat = values.ravel()
-        counts = np.bincount(np.searchsorted(self._bounds, flat, side="left"), minlength=self._counts.size)
         with self._lock:
-            self._counts += counts
-            self._sum += float(flat.sum())
+            self._pending.append(values.ravel())
+            if len(self._pending) >= self.FOLD_AT:
+                self._fold()
+
+    def _fold(self) -> None:
+        """The waiting values into the counts; the caller holds the lock."""
+        if not self._pending:
+            return
+        flat = np.hstack(self._pending).astype(np.float64, copy=False)
+        self._pending = []
+        self._counts += np.bincount(
+            np.searchsorted(self._fed_bounds, flat, side="left"), minlength=self._counts.size
+        )
+        self._sum += float(flat.sum())
 
     def collect(self) -> Iterator[Metric]:
         with self._lock:
-            counts, total = self._counts.copy(), self._sum
+            self._fold()
+            counts, total = self._counts.copy(), self._sum * self._scale
         cumulative = np.cumsum(counts)
         # "1.0", as the library writes (its helper is untyped).
         bounds = [*(floatToGoString(b) for b in self._bounds), "+Inf"]  # type: ignore[no-untyped-call]
@@ -143,25 +172,22 @@ class Metrics:
         )
         for reason in Reason:  # every reason a series from the start: 0, not "no data", and rate() sees
             self.dead_letters.labels(reason=reason.value)  # the first increment of each
-        self.batch_size = Histogram(
-            f"{p}_batch_size", "Items per batch.", buckets=size_buckets(max_size), registry=r
-        )
+        self.batch_size = BulkHistogram(f"{p}_batch_size", "Items per batch.", size_buckets(max_size))
         self.target_size = Gauge(f"{p}_batch_target_size", "The adaptive controller's target.", registry=r)
-        self.queue_wait = Histogram(
+        self.queue_wait = BulkHistogram(
             f"{p}_queue_wait_seconds",
             "Per batch: how long its oldest item waited between consume and the batch's start.",
-            buckets=TIME_BUCKETS,
-            registry=r,
+            TIME_BUCKETS,
         )
-        self.inference = Histogram(
-            f"{p}_inference_seconds", "Model run time per batch.", buckets=TIME_BUCKETS, registry=r
-        )
+        self.inference = BulkHistogram(f"{p}_inference_seconds", "Model run time per batch.", TIME_BUCKETS)
         self.latency = BulkHistogram(
             f"{p}_end_to_end_latency_seconds",
             "Per result: from the input's Kafka timestamp to the result handed to the producer.",
             LATENCY_BUCKETS,
+            scale=0.001,  # fed in milliseconds, as the loop measures them
         )
-        r.register(self.latency)
+        for histogram in (self.batch_size, self.queue_wait, self.inference, self.latency):
+            r.register(histogram)
         self.commit_time = Histogram(
             f"{p}_commit_seconds",
             "Synchronous offset commits (on rebalance and shutdown; auto-commits are not timed).",
@@ -278,17 +304,18 @@ class Metrics:
         size: int,
         queue_wait_s: float,
         inference_s: float | None,
-        latencies_s: np.ndarray,
+        latencies_ms: np.ndarray,
         padding: tuple[int, int] | None,
     ) -> None:
         """One finished batch: its size, its oldest item's queue wait, its model time (None when it ran
-        in pieces after a failure), every result's end-to-end latency, its (real, padded) tokens."""
+        in pieces after a failure), every result's end-to-end latency in milliseconds, its (real, padded)
+        tokens."""
         self.batch_size.observe(size)
         self.queue_wait.observe(queue_wait_s)
         if inference_s is not None:
             self.inference.observe(inference_s)
-        self.latency.observe_many(latencies_s)
-        self.produced.inc(latencies_s.size)
+        self.latency.observe_many(latencies_ms)
+        self.produced.inc(latencies_ms.size)
         if padding is not None:
             self.tokens.labels(kind="real").inc(padding[0])
             self.tokens.labels(kind="padded").inc(padding[1])

@@ -73,7 +73,7 @@ class Telemetry:
         producer; see :meth:`Metrics.batch` for the rest."""
         self.stats.results_out += latencies_ms.size
         self.stats.batch(size, latencies_ms, padding)
-        self.metrics.batch(size, queue_wait_s, run_s, latencies_ms / 1000, padding)
+        self.metrics.batch(size, queue_wait_s, run_s, latencies_ms, padding)
 
     def acknowledged(self, count: int) -> None:
         self.metrics.acknowledged.inc(count)

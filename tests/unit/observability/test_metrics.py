@@ -45,10 +45,40 @@ def test_bulk_histogram_counts_like_the_client_librarys_histogram():
     assert sample(bulk_registry, "lat_seconds_sum") == pytest.approx(values.sum())
 
 
+def test_bulk_histogram_takes_single_values_and_scales_the_fed_unit():
+    values = [0.5, 1.0, 1.1, 3.0, 20.0, 250.0, 7000.0]  # milliseconds, exposed in seconds
+    reference_registry, bulk_registry = CollectorRegistry(), CollectorRegistry()
+    reference = Histogram("lat_seconds", "x", buckets=LATENCY_BUCKETS, registry=reference_registry)
+    bulk = BulkHistogram("lat_seconds", "x", LATENCY_BUCKETS, scale=0.001)
+    bulk_registry.register(bulk)
+    for v in values:
+        reference.observe(v / 1000)
+        bulk.observe(v)
+    for le in [*(floatToGoString(b) for b in LATENCY_BUCKETS), "+Inf"]:
+        labels = {"le": le}
+        assert sample(bulk_registry, "lat_seconds_bucket", labels) == sample(
+            reference_registry, "lat_seconds_bucket", labels
+        ), le
+    assert sample(bulk_registry, "lat_seconds_sum") == pytest.approx(sum(values) / 1000)
+
+
+def test_bulk_histogram_counts_what_waits_before_it_grows_past_its_bound():
+    bulk = BulkHistogram("sizes", "x", (1, 2, 4))
+    for _ in range(BulkHistogram.FOLD_AT - 1):
+        bulk.observe(3)
+    assert len(bulk._pending) == BulkHistogram.FOLD_AT - 1  # nothing counted yet: a scrape would count it
+    bulk.observe_many(np.array([1.0, 9.0]))
+    assert not bulk._pending  # counted, and the list emptied
+    registry = CollectorRegistry()
+    registry.register(bulk)
+    assert sample(registry, "sizes_count") == BulkHistogram.FOLD_AT + 1
+    assert sample(registry, "sizes_bucket", {"le": "4.0"}) == BulkHistogram.FOLD_AT
+
+
 def test_a_batch_moves_every_per_batch_metric():
     m = Metrics()
-    m.batch(3, 0.004, 0.002, np.array([0.01, 0.02, 0.03]), (10, 12))
-    m.batch(2, 0.001, None, np.array([0.5, 0.6]), None)  # ran in pieces: no model time
+    m.batch(3, 0.004, 0.002, np.array([10.0, 20.0, 30.0]), (10, 12))  # latencies in milliseconds
+    m.batch(2, 0.001, None, np.array([500.0, 600.0]), None)  # ran in pieces: no model time
     r = m.registry
     assert sample(r, "microbatch_batch_size_count") == 2
     assert sample(r, "microbatch_batch_size_sum") == 5
