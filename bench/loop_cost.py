@@ -1,8 +1,9 @@
 """The loop's own CPU per record, with no Kafka and no machine noise: the tree's ``build_pipeline`` driven by
-the test fakes on the fake clock (natural batching, adaptive sizes), records arriving at 2,000/s in
-fetches of 5, as at light load. Prints microseconds of process CPU per record.
+the test fakes on the fake clock (natural batching, adaptive sizes), fetches arriving every 2.5 ms: of 5
+records by default, as at light load (2,000/s), or of PER_FETCH (500: a backlog's fetches). Prints
+microseconds of process CPU per record.
 
-    .venv/bin/python bench/loop_cost.py [FETCHES]
+    .venv/bin/python bench/loop_cost.py [FETCHES] [PER_FETCH]
 
 To compare two trees, run it from this checkout with ``PYTHONPATH=<the other tree>`` in turn (it also
 knows ``service.app.build_pipeline``'s signature of before the redesign, a6cf271).
@@ -30,12 +31,13 @@ from tests.support.fakes import At, FakeClock, FakeEngine, FakeSink, FakeSource
 
 def main() -> None:
     fetches = int(sys.argv[1]) if len(sys.argv) > 1 else 2000  # the fake source allows 10,000 consumes
+    per_fetch = int(sys.argv[2]) if len(sys.argv) > 2 else 5
     value = msgspec.json.encode({"a": 1.0, "b": 2.0})
     clock = FakeClock()
     script = [
         At(
             clock.now + i * 0.0025,
-            [InputRecord("in", 0, i * 5 + k, None, value, None, None, 0.0) for k in range(5)],
+            [InputRecord("in", 0, i * per_fetch + k, None, value, None, None, 0.0) for k in range(per_fetch)],
         )
         for i in range(fetches)
     ]
@@ -82,7 +84,7 @@ def main() -> None:
     gc.collect()
     start = time.process_time()
     pipeline.run()
-    print(f"{(time.process_time() - start) / (fetches * 5) * 1e6:.2f} us/record")
+    print(f"{(time.process_time() - start) / (fetches * per_fetch) * 1e6:.2f} us/record")
 
 
 if __name__ == "__main__":
