@@ -1,5 +1,6 @@
 """The systems the service is compared with, each run as its own process by ``python -m bench``:
 
+    python -m bench.baselines plain [--consume-batch 500]
     python -m bench.baselines passthrough [--consume-batch 500]
     python -m bench.baselines naive
     python -m bench.baselines batch-loop [--consume-batch 32]
@@ -11,7 +12,11 @@ compression, acks, idempotence, offsets stored only after delivery) and the mode
 options. The Kafka baselines run until SIGTERM/SIGINT, then flush, commit and exit 0, like the service;
 their outputs carry the input's key and headers, like the service's.
 
-- ``passthrough``: consume -> produce the value unchanged. No parsing, no model: the transport ceiling.
+- ``plain``: consume -> produce the value unchanged, written for speed with confluent-kafka alone and none
+  of the service's pieces: one delivery callback per record, a contiguous acknowledged watermark per input
+  partition (:mod:`bench.plain`). No parsing, no model: the transport ceiling the service is held to.
+- ``passthrough``: the same copy through the service's own transport pieces (one delivery callback per
+  consumed group, its offset tracker), no model: beside ``plain`` it shows what that bookkeeping costs.
 - ``naive``: what the service replaces. Poll one message, run the model on a batch of one, produce the
   result (the service's record format), wait for its acknowledgement, commit synchronously; repeat.
 - ``batch-loop``: what a user writes from a tutorial. ``consume(32, timeout)`` (the timeout is the
@@ -43,6 +48,7 @@ import structlog
 from confluent_kafka import Consumer, KafkaError, Message, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
+from bench.plain import AckWatermark, Relay
 from service.config import Settings, load_settings, require_topics
 from service.engine import load_model, warm_up
 from service.errors import ConfigError, InvalidMessage, Reason
@@ -140,7 +146,8 @@ class Outbox:
 _PRODUCED = itemgetter(0, 1, 2, 3)  # a Record's topic, value, key, headers
 
 
-def _clients(settings: Settings) -> tuple[Consumer, Outbox]:
+def _kafka_clients(settings: Settings) -> tuple[Consumer, Producer]:
+    """A consumer and a producer with the service's options (and its client logging)."""
     kafka, private = settings.kafka, settings.kafka.private_values()
     consumer = Consumer(
         kafka.consumer_config() | {"logger": logs.client_log(kafka.consumer_config(), private)}
@@ -148,6 +155,11 @@ def _clients(settings: Settings) -> tuple[Consumer, Outbox]:
     producer = Producer(
         kafka.producer_config() | {"logger": logs.client_log(kafka.producer_config(), private)}
     )
+    return consumer, producer
+
+
+def _clients(settings: Settings) -> tuple[Consumer, Outbox]:
+    consumer, producer = _kafka_clients(settings)
     return consumer, Outbox(producer)
 
 
@@ -166,9 +178,14 @@ def _store(consumer: Consumer, offsets: dict[TopicPartition, int]) -> None:
         consumer.store_offsets(offsets=[KafkaTopicPartition(t, p, o) for (t, p), o in offsets.items()])
 
 
-def _subscribe(consumer: Consumer, settings: Settings, tracker: OffsetTracker) -> None:
+def _subscribe(
+    consumer: Consumer, settings: Settings, forget: Callable[[list[TopicPartition]], None]
+) -> None:
+    """Subscribe to the input topics; what is known of a partition is ``forget``-ten when it is assigned,
+    since consuming it starts again at its committed offset."""
+
     def assigned(_consumer: Consumer, parts: list[KafkaTopicPartition]) -> None:
-        tracker.forget([(p.topic, p.partition) for p in parts])
+        forget([(p.topic, p.partition) for p in parts])
         _log.info("partitions_assigned", partitions=[f"{p.topic}[{p.partition}]" for p in parts])
 
     consumer.subscribe(settings.input.topics, on_assign=assigned)
@@ -178,19 +195,55 @@ def _finish(consumer: Consumer, outbox: Outbox, tracker: OffsetTracker, stats: d
     """The service's shutdown order: flush, store what was delivered, commit synchronously, close."""
     _acknowledge(tracker, outbox.flush())
     _store(consumer, tracker.take_committable())
+    _commit_and_close(consumer, delivery_failures=outbox.failures, **stats)
+
+
+def _commit_and_close(consumer: Consumer, **stats: int) -> None:
     try:
         consumer.commit(asynchronous=False)
     except Exception as exc:  # nothing stored since the last auto-commit
         _log.debug("commit_skipped", error=str(exc))
     consumer.close()
-    _log.info("stopped", delivery_failures=outbox.failures, **stats)
+    _log.info("stopped", **stats)
+
+
+def plain(settings: Settings, stopping: threading.Event, consume_batch: int) -> None:
+    """Copy every input record (key, value, headers) to the output topic until ``stopping`` is set: the
+    consume -> produce loop of someone who knows confluent-kafka, the ceiling the service is held to.
+
+    Commit order: an offset is stored only once the output of it and of every offset consumed before it
+    in its partition is acknowledged (acked 34 35 36 40 -> store 37), and auto-commit commits what is
+    stored. On stopping: flush until every output is acknowledged, store, commit synchronously, close."""
+    consumer, producer = _kafka_clients(settings)
+    marks = AckWatermark()
+    relay = Relay(producer, settings.output.topic, marks)
+    _subscribe(consumer, settings, marks.forget)
+    idle_s = settings.input.idle_poll_ms / 1000
+    events = 0
+    while not stopping.is_set():
+        # Wait for one, then take whatever else is fetched without waiting (as the passthrough does).
+        messages = consumer.consume(1, idle_s)
+        if messages:
+            messages += consumer.consume(consume_batch - 1, 0)
+        for msg in messages:
+            if msg.error() is None:
+                # A record without an error has its coordinates (the stubs are wider).
+                tp, offset = (msg.topic(), msg.partition()), msg.offset()
+                marks.consumed(tp, offset)  # type: ignore[arg-type]
+                relay.send(msg, tp, offset)  # type: ignore[arg-type]
+                events += 1
+        relay.poll(0)
+        _store(consumer, marks.take())
+    relay.flush(_FLUSH_TIMEOUT_S)
+    _store(consumer, marks.take())
+    _commit_and_close(consumer, delivery_failures=relay.failures, events=events)
 
 
 def passthrough(settings: Settings, stopping: threading.Event, consume_batch: int) -> None:
     """Copy every input record (key, value, headers) to the output topic until ``stopping`` is set."""
     consumer, outbox = _clients(settings)
     tracker = OffsetTracker()
-    _subscribe(consumer, settings, tracker)
+    _subscribe(consumer, settings, tracker.forget)
     topic = settings.output.topic
     idle_s = settings.input.idle_poll_ms / 1000
     stats = {"events": 0}
@@ -244,7 +297,7 @@ def _model_loop(
     warm_up(loaded, {1, size}, settings.model.env("name"))
     consumer, outbox = _clients(settings)
     tracker = OffsetTracker()  # unused for commits here, but _finish and _subscribe share the shape
-    _subscribe(consumer, settings, tracker)
+    _subscribe(consumer, settings, tracker.forget)
     stats = {"events": 0, "dead_letters": 0}
     while not stopping.is_set():
         records = [_input_record(m) for m in fetch(consumer) if m.error() is None]
@@ -376,6 +429,8 @@ def _until_signalled() -> threading.Event:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.baselines", description=__doc__)
     sub = parser.add_subparsers(dest="name", required=True)
+    plain_ = sub.add_parser("plain")
+    plain_.add_argument("--consume-batch", type=int, default=500, help="messages per consume call")
     pt = sub.add_parser("passthrough")
     pt.add_argument("--consume-batch", type=int, default=500, help="messages per consume call")
     sub.add_parser("naive")
@@ -399,6 +454,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         require_topics(settings)
         runs: dict[str, Callable[[], None]] = {
+            "plain": lambda: plain(settings, stopping, args.consume_batch),
             "passthrough": lambda: passthrough(settings, stopping, args.consume_batch),
             "batch-loop": lambda: batch_loop(settings, stopping, args.consume_batch),
             "naive": lambda: naive(settings, stopping),

@@ -1,10 +1,10 @@
 """``python -m bench`` (``make bench``): the service against its baselines, side by side, on the real broker.
 
-Scenario A (transport-bound, ``metrics-anomaly``) compares the service with a bare consume -> produce
-passthrough and a naive one-message-at-a-time loop; scenario B (model-bound, ``log-classifier``) with raw
-ONNX Runtime and the naive loop. Both also drain the backlog with ``microbatch backfill`` and compare it
-with the service and with raw ONNX Runtime at the backfill's batch size. Method and modules:
-docs/BENCHMARKS.md.
+Scenario A (transport-bound, ``metrics-anomaly``) compares the service with a plain consume -> produce loop
+(the transport ceiling), the service's own transport without the model, and a naive one-message-at-a-time
+loop; scenario B (model-bound, ``log-classifier``) with raw ONNX Runtime and the naive loop. Both also drain
+the backlog with ``microbatch backfill`` and compare it with the service and with raw ONNX Runtime at the
+backfill's batch size. Method and modules: docs/BENCHMARKS.md.
 """
 
 from __future__ import annotations
@@ -65,7 +65,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--light-rate",
         type=float,
         default=2000.0,
-        help="events/s of the light-load runs (service, passthrough, consume(32) loop); 0: none (2000)",
+        help=(
+            "events/s of the light-load runs (service, plain loop, passthrough, consume(32) loop); "
+            "0: none (2000)"
+        ),
     )
     parser.add_argument("--seed", type=int, default=1, help="seed of the generated events")
     parser.add_argument(

@@ -14,6 +14,8 @@ from confluent_kafka.admin import AdminClient
 
 from bench.scenarios import (
     BACKFILL,
+    PASSTHROUGH,
+    PLAIN,
     RAW_ORT_AT_BACKFILL,
     RAW_ORT_SORTED_AT_BACKFILL,
     SCENARIOS,
@@ -152,8 +154,9 @@ def test_ratios_and_targets_are_computed(quick_run):
         targets = scenario["targets"]
         names = {system.name for system in SCENARIOS[key].systems}
         light = any(system.light for system in SCENARIOS[key].systems)
-        # At light load: p99 and CPU of the defaults, and CPU of the loop's batching where it runs.
-        light_targets = (2 + (SERVICE_LOOP_SIZE in names)) if light else 0
+        # At light load: p99 and CPU (against the plain loop and the consume(32) loop) of the defaults,
+        # CPU of the loop's batching and of the service's transport where they run.
+        light_targets = (3 + (SERVICE_LOOP_SIZE in names) + (PASSTHROUGH in names)) if light else 0
         assert len(targets) == len(SCENARIOS[key].ratios) + 1 + light_targets
         for target in targets:
             assert target["value"] is not None, (key, target)
@@ -165,6 +168,8 @@ def test_ratios_and_targets_are_computed(quick_run):
         for target in scenario["targets"]
     }
     assert thresholds["A", f"{BACKFILL} / {SERVICE} throughput"] == 1.3
+    assert thresholds["A", f"{SERVICE} / {PLAIN} throughput"] == 0.8
+    assert thresholds["A", f"{PASSTHROUGH} / {PLAIN} throughput"] is None
     assert thresholds["A", f"{BACKFILL} / {RAW_ORT_AT_BACKFILL} throughput"] is None
     assert thresholds["B", f"{BACKFILL} / {RAW_ORT_SORTED_AT_BACKFILL} throughput"] == 0.9
 

@@ -62,7 +62,7 @@ class Options:
     """The latency run's rate as a share of the rate the same system drained its backlog at."""
     latency_repeats: int
     """Latency runs of the service (the figure with a target); the one with the median p99 is reported.
-    At light load, the passthrough (the other side of that target) gets as many."""
+    At light load, the plain loop (the other side of that target) gets as many."""
     light_rate: float
     """Events/s of the light-load runs; 0: none."""
     seed: int

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -192,3 +193,43 @@ def test_the_heading_names_the_backfill_batch_size_and_its_rows_are_tabled():
     assert row[1:3] == ["20,000", "n/a"] and row[6] == "127.9"
     (verdict_row,) = table_rows(text, "backfill / service")
     assert verdict_row[1:] == ["1.62", ">= 1.3", "pass"]
+
+
+RESULTS = sorted((Path(__file__).resolve().parents[3] / "bench" / "results").glob("bench-2026*.json"))
+
+
+@pytest.mark.parametrize("path", RESULTS, ids=lambda p: p.name)
+def test_every_stored_results_file_still_renders(path):
+    """Results files from before the plain loop (the passthrough as the ceiling) render as they were."""
+    text = render(json.loads(path.read_text()))
+    assert "| ratio or target |" in text
+
+
+def test_the_plain_loop_and_the_service_transport_are_rows_and_their_ratio_is_reported_only():
+    result = json.loads(json.dumps(RESULT))
+    scenario = result["scenarios"]["A"]
+    for name, label, rate in (
+        ("plain", "plain consume-produce loop (transport ceiling)", 110000.0),
+        ("passthrough", "service transport, no model", 99000.0),
+    ):
+        scenario["systems"][name] = {
+            "label": label,
+            "throughput": {"complete": True, "events_per_s": rate},
+            "latency": None,
+            "light": {"sent_rate_per_s": 2000.0, "p99_ms": 7.0, "cpu_us_per_event": 60.0},
+        }
+    scenario["targets"] += [
+        {"name": "passthrough / plain throughput", "value": 0.9, "op": ">=", "threshold": None,
+         "passed": None},
+        {"name": "service / plain CPU per event at 2,000/s", "value": 1.7, "op": "<=", "threshold": 2.0,
+         "passed": True},
+    ]  # fmt: skip
+    text = render(result)
+    (plain,) = table_rows(text, "plain: ")
+    assert plain[1] == "110,000"
+    (transport,) = table_rows(text, "passthrough: service transport")
+    assert transport[1] == "99,000"
+    rows = {r[0]: r[1:] for r in table_rows(text, "")}
+    assert rows["passthrough / plain throughput"] == ["0.90", "n/a", "-"]
+    assert rows["service / plain CPU per event at 2,000/s"] == ["1.70", "<= 2", "pass"]
+    assert rows["plain"][:1] == ["2,000"]  # its light-load row

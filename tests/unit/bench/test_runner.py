@@ -18,6 +18,8 @@ from bench import runner
 from bench.runner import Bench, run_order
 from bench.scenarios import (
     BACKFILL,
+    PASSTHROUGH,
+    PLAIN,
     RAW_ORT_AT_BACKFILL,
     RAW_ORT_SORTED_AT_BACKFILL,
     SCENARIOS,
@@ -128,7 +130,20 @@ def test_every_latency_run_has_a_log_of_its_own(bench):
 
 def test_other_systems_keep_half_their_own_drain_rate(bench):
     bench.run_scenario(SCENARIOS["A"])
-    assert ("latency", "passthrough", 5_000.0) in bench.calls
+    assert ("latency", PASSTHROUGH, 5_000.0) in bench.calls
+    assert ("latency", PLAIN, 5_000.0) in bench.calls
+
+
+def test_the_plain_loop_gets_as_many_light_runs_as_the_service_its_targets_judge(bench):
+    result = bench.run_scenario(SCENARIOS["A"])
+    light = [name for phase, name, rate in bench.calls if phase == "latency" and rate == 2_000.0]
+    assert light.count(SERVICE) == light.count(PLAIN) == 3
+    assert light.count(PASSTHROUGH) == 1  # reported, not judged
+    assert result["systems"][PLAIN]["label"].startswith("plain consume-produce loop")
+    assert result["systems"][PASSTHROUGH]["label"] == "service transport, no model"
+    names = {t["name"] for t in result["targets"]}
+    assert {"service / plain throughput", "passthrough / plain throughput"} <= names
+    assert "service / plain p99 latency at 2,000/s" in names
 
 
 def test_the_stream_row_runs_the_defaults_with_the_drain_regime_off(bench):
