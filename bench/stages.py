@@ -17,6 +17,7 @@ every thread counted before it.
 from __future__ import annotations
 
 import re
+import textwrap
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -76,6 +77,10 @@ class Rule:
     prefix: str
     stage: str | None
     functions: frozenset[str] | None = None
+
+
+WIDTH = 110
+"""The notes under the table are wrapped at this width, as the docs' prose is."""
 
 
 def _rule(prefix: str, stage: str | None, *functions: str) -> Rule:
@@ -425,7 +430,11 @@ def render(results: Sequence[Mapping[str, Any]]) -> str:
     lines.append("| **total: the process's CPU per event** | " + " | ".join(totals) + " |")
     notes = [_note(model, phase, figures) for model, phase, figures in columns]
     runs = [_run_line(result) for result in results]
-    return "\n".join(lines) + "\n\n" + "\n".join(notes + runs) + "\n"
+    bullets = [
+        textwrap.fill(b, WIDTH, subsequent_indent="  ", break_long_words=False, break_on_hyphens=False)
+        for b in notes + runs
+    ]
+    return "\n".join(lines) + "\n\n" + "\n".join(bullets) + "\n"
 
 
 def _phase_name(phase: str, figures: Mapping[str, Any]) -> str:
