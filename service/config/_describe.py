@@ -21,7 +21,7 @@ from pydantic import SecretStr
 from pydantic.fields import FieldInfo
 
 from service.config._base import Section
-from service.config._kafka import KafkaSettings, private_option
+from service.config._kafka import REDACTED, KafkaSettings, private_option
 from service.config._root import sections
 from service.config._sections import (
     BatchSettings,
@@ -71,7 +71,7 @@ RUN_NEEDS: Mapping[str, RunNeeds] = {
 ``choose_model``; ``microbatch config`` runs those."""
 
 UNSET = "unset"
-MASK = "***"
+MASK = REDACTED
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,7 +26,8 @@ SECRET_FILES = {
 # secrets, PEM keys, JAAS strings).
 _PRIVATE_OPTION = re.compile(r"password|secret|token|credential|jaas|\bkey\b|pem$", re.IGNORECASE)
 
-_REDACTED = "***"
+REDACTED = "***"
+"""What stands for a secret wherever one would show: librdkafka's lines, `microbatch config`."""
 _NUMBER = re.compile(r"[-+]?\d+(\.\d+)?")
 # A configured value shorter than this is hidden only where it stands as a word of its own: "1" must not
 # turn "10" into "***0".
@@ -282,7 +283,7 @@ def redactor(values: Iterable[str]) -> Callable[[str], str]:
     if short:
         parts.append(rf"(?<![\w.-])(?:{'|'.join(short)})(?![\w.-])")
     pattern = re.compile("|".join(parts))
-    return lambda text: pattern.sub(_REDACTED, text)
+    return lambda text: pattern.sub(REDACTED, text)
 
 
 def redact(text: str, values: Iterable[str]) -> str:

@@ -82,12 +82,13 @@ class Tail:
     def start(self) -> None:
         """Assign every partition of the topics from the beginning and start following. Raises
         UnknownTopicError for a topic that does not exist."""
-        parts = [TopicPartition(t, p, OFFSET_BEGINNING) for t in self._topics for p in self._parts(t)]
+        parts = [
+            TopicPartition(t, p, OFFSET_BEGINNING)
+            for t in self._topics
+            for p in _partitions(self._consumer, t, self._timeout_s)
+        ]
         self._consumer.assign(parts)
         self._thread.start()
-
-    def _parts(self, topic: str) -> list[int]:
-        return _partitions(self._consumer, topic, self._timeout_s)
 
     def _follow(self) -> None:
         try:
