@@ -3,10 +3,11 @@
 Deliveries are pulled, not pushed: :meth:`Sink.poll` and :meth:`Sink.flush` return the inputs whose output
 the broker acknowledged. The outputs of one batch share one delivery callback
 (:class:`service.kafka.delivery.Batch`) and are acknowledged together. A delivery that fails for a reason
-that may pass (broker down, topic missing, not authorised yet) is sent again with back-off, forever:
-dropping it would lose a message, and the offset tracker holds the commit back meanwhile, so a crash loses
-nothing either. A record the broker refuses for good (too large, invalid) is handed back through
-:meth:`Sink.take_refused` for the pipeline to replace.
+that may pass (broker down, topic missing, not authorised yet) is held with its topic and sent again with
+back-off, forever, in input order (:mod:`service.kafka.holds`): dropping it would lose a message, and the
+offset tracker holds the commit back meanwhile, so a crash loses nothing either. A record the broker
+refuses for good (too large, invalid) is handed back through :meth:`Sink.take_refused` for the pipeline
+to replace.
 """
 
 from __future__ import annotations
@@ -17,19 +18,19 @@ from functools import partial
 from operator import attrgetter
 
 import structlog
-from confluent_kafka import KafkaError, KafkaException, Message, Producer
+from confluent_kafka import KafkaError, Producer
 
 from service.config import KafkaSettings, redactor
 from service.flow.records import InputRecord, OutRecord, Permission
 from service.kafka.access import refused_writing
 from service.kafka.delivery import Batch
+from service.kafka.holds import Holds
 from service.kafka.hooks import NO_HOOKS, ClientHooks
 from service.kafka.watch import FatalWatch
 from service.observability.logs import client_log
 
 _log = structlog.get_logger("microbatch.sink")
 
-_MAX_BACKOFF_S = 5.0
 _FAILURE_LOG_EVERY_S = 5.0
 
 # Errors that no retry can fix: the record itself is unacceptable to the broker.
@@ -53,40 +54,25 @@ class Sink:
         conf: dict[str, object] = {**options, "error_cb": self._fatal}
         conf["logger"] = client_log(options, settings.private_values())
         self._producer = Producer(conf)
-        self._acked: list[InputRecord] = []
         self._done: list[Batch[OutRecord]] = []
         self._refused: list[tuple[OutRecord, str]] = []
-        self._retry: list[tuple[float, int, OutRecord]] = []
+        self._holds: Holds[OutRecord] = Holds(_TOPIC, _INPUT_ORDER, time.monotonic)
         self._failure_log: dict[tuple[str, int], tuple[float, int]] = {}
         self._on_access = hooks.access
         self._refused_topics: set[str] = set()  # WRITE refused, until a delivery to it is acknowledged
 
     def send_all(self, outs: Sequence[OutRecord]) -> None:
         """Queue ``outs`` with one delivery callback: their inputs come back from :meth:`poll` or
-        :meth:`flush` together, once the last is acknowledged. A failed one is retried (or handed back
-        as refused) on its own, like a record given to :meth:`send`. Blocks (serving delivery reports)
-        only while the local queue is full."""
-        Batch(outs, _PRODUCED, self._batch_failed, self._batch_done).produce_all(self._producer)
+        :meth:`flush` together, once the last is acknowledged. A failed one is held with its topic and
+        sent again (or handed back as refused); while a topic holds failed records, new ones for it wait
+        behind them. Blocks (serving delivery reports) only while the local queue is full."""
+        if self._holds:
+            outs = self._holds.admit(outs)
+        Batch(outs, _PRODUCED, self._failed, self._batch_done).produce_all(self._producer)
 
-    def send(self, out: OutRecord, attempt: int = 0) -> None:
-        """Queue ``out``. Blocks (serving delivery reports) only while the local queue is full."""
-        callback = partial(self._on_delivery, out, attempt)
-        while True:
-            try:
-                # The stub wants str | bytes | None header values; ours are bytes | None (list invariance).
-                self._producer.produce(
-                    out.topic,
-                    out.value,
-                    out.key,
-                    headers=out.headers,  # type: ignore[arg-type]
-                    on_delivery=callback,
-                )
-                return
-            except BufferError:
-                self._producer.poll(0.05)
-            except KafkaException as exc:  # refused before queueing, e.g. larger than message.max.bytes
-                self._failed(out, attempt, exc.args[0])
-                return
+    def send(self, out: OutRecord) -> None:
+        """:meth:`send_all` of one record."""
+        self.send_all((out,))
 
     def poll(self, timeout_s: float = 0.0) -> list[InputRecord]:
         """Serve delivery reports, resend failures that are due; return the newly acknowledged inputs.
@@ -94,7 +80,8 @@ class Sink:
         returned by earlier calls)."""
         self._fatal.check()
         self._producer.poll(timeout_s)
-        self._resend_due()
+        if self._holds:
+            self._resend_due()
         return self._take_acked()
 
     def flush(self, timeout_s: float) -> list[InputRecord]:
@@ -106,8 +93,8 @@ class Sink:
             left = deadline - time.monotonic()
             if len(self._producer):
                 self._producer.flush(max(0.0, min(left, 1.0)))
-            elif self._retry and left > 0:  # only back-off waits left: sleep until the next one is due
-                time.sleep(max(0.0, min(left, min(r[0] for r in self._retry) - time.monotonic())))
+            elif (due := self._holds.next_due()) is not None and left > 0:  # only back-off waits left
+                time.sleep(max(0.0, min(left, due - time.monotonic())))
             self._resend_due()
             if self.pending() == 0 or left <= 0:
                 return self._take_acked()
@@ -119,10 +106,10 @@ class Sink:
 
     def pending(self) -> int:
         """Records queued or waiting to be sent again."""
-        return len(self._producer) + len(self._retry)
+        return len(self._producer) + self._holds.waiting()
 
     def _take_acked(self) -> list[InputRecord]:
-        acked, self._acked = self._acked, []
+        acked: list[InputRecord] = []
         done, self._done = self._done, []
         for batch in done:
             delivered = batch.delivered()
@@ -136,26 +123,13 @@ class Sink:
     def _batch_done(self, batch: Batch[OutRecord]) -> None:
         self._done.append(batch)  # not a bound append: _take_acked replaces the list
 
-    def _batch_failed(self, out: OutRecord, err: KafkaError) -> None:
-        self._failed(out, 0, err)
-
     def _writable(self, topics: set[str]) -> None:
         """A delivery to each of ``topics`` was acknowledged: WRITE works there (again)."""
         for topic in topics & self._refused_topics:
             self._refused_topics.discard(topic)
             self._on_access(Permission("WRITE", "topic", topic), False)
 
-    def _on_delivery(self, out: OutRecord, attempt: int, err: KafkaError | None, _msg: Message) -> None:
-        if err is None:
-            self._acked.append(out.source)
-            if out.also:
-                self._acked.extend(out.also)
-            if self._refused_topics:
-                self._writable({out.topic})
-        else:
-            self._failed(out, attempt, err)
-
-    def _failed(self, out: OutRecord, attempt: int, err: KafkaError) -> None:
+    def _failed(self, out: OutRecord, err: KafkaError) -> None:
         fields = {
             "topic": out.topic,
             "source_topic": out.source.topic,
@@ -170,8 +144,7 @@ class Sink:
         if (refused := refused_writing(err, out.topic)) is not None:
             self._refused_topics.add(out.topic)
             self._on_access(refused, True)
-        delay = min(_MAX_BACKOFF_S, 0.1 * 2**attempt)
-        self._retry.append((time.monotonic() + delay, attempt + 1, out))
+        attempt, delay = self._holds.failed(out)
         # One line per topic and error every few seconds, with a count: an unavailable topic fails every
         # in-flight record at once, and thousands of identical lines would bury everything else.
         key = (out.topic, err.code())
@@ -182,19 +155,22 @@ class Sink:
             return
         self._failure_log[key] = (now, 0)
         _log.error(
-            "delivery_failed", **fields, attempt=attempt + 1, retry_in_s=delay, similar_since_last=suppressed
+            "delivery_failed", **fields, attempt=attempt, retry_in_s=delay, similar_since_last=suppressed
         )
 
     def _resend_due(self) -> None:
-        if not self._retry:
-            return
-        now = time.monotonic()
-        due = [r for r in self._retry if r[0] <= now]
-        self._retry = [r for r in self._retry if r[0] > now]
-        for _when, attempt, out in due:
-            self.send(out, attempt)
+        for topic, records in self._holds.due():
+            Batch(records, _PRODUCED, self._failed, partial(self._round_done, topic)).produce_all(
+                self._producer
+            )
+
+    def _round_done(self, topic: str, batch: Batch[OutRecord]) -> None:
+        self._done.append(batch)
+        self._holds.round_done(topic)
 
 
 _PRODUCED = attrgetter("topic", "value", "key", "headers")
 _SOURCE = attrgetter("source")
+_TOPIC = attrgetter("topic")
+_INPUT_ORDER = attrgetter("source.topic", "source.partition", "source.offset")
 _ALSO = attrgetter("also")
