@@ -230,7 +230,11 @@ def build_pipeline(
         telemetry=telemetry,
     )
     return Pipeline(
-        source, parts, topics=settings.input.topics, idle_poll_s=settings.input.idle_poll_ms / 1000
+        source,
+        parts,
+        topics=settings.input.topics,
+        idle_poll_s=settings.input.idle_poll_ms / 1000,
+        linger_s=settings.batch.linger_ms / 1000,
     )
 
 

@@ -117,6 +117,11 @@ class BatchSettings(Section):
     """Natural batching: when nothing is computing and nothing more is fetched, cut the open batch at once,
     whatever its size, instead of waiting for the target or the window (not while stretched or
     draining); off, an open batch waits for the target or the window."""
+    linger_ms: float = Field(1.0, ge=0, le=1_000, validate_default=True)
+    """With natural batching, how long a batch just opened waits for more to be fetched before it may be
+    cut, in milliseconds (like the producer's ``linger.ms``): at light load, fewer and larger batches,
+    so less CPU per event for about this much latency; 0 cuts what was fetched at once. Below
+    ``MAX_WAIT_MS``."""
     adaptive: bool = True
     """Move the target size within [``MIN_SIZE``, ``MAX_SIZE``] with load: grow while a backlog waits or
     the loop is busy, shrink while idle, halve when a batch overruns the SLO budget; off, always
@@ -144,6 +149,14 @@ class BatchSettings(Section):
     @classmethod
     def _not_below_max(cls, value: int | None, info: ValidationInfo) -> int | None:
         return None if value is None else not_below(cls, value, info, "max_size")
+
+    @field_validator("linger_ms")
+    @classmethod
+    def _below_the_window(cls, value: float, info: ValidationInfo) -> float:
+        wait = info.data.get("max_wait_ms")
+        if wait is not None and value >= wait:
+            raise ValueError(f"must be < {cls.env('max_wait_ms')}")
+        return value
 
     @field_validator("latency_slo_ms")
     @classmethod

@@ -205,6 +205,11 @@ def test_secret_is_not_echoed_in_a_config_error(monkeypatch):
             "MICROBATCH_BATCH__LATENCY_SLO_MS",
         ),
         ({"MICROBATCH_BATCH__ADAPTIVE": "sometimes"}, "MICROBATCH_BATCH__ADAPTIVE"),
+        ({"MICROBATCH_BATCH__LINGER_MS": "-1"}, "MICROBATCH_BATCH__LINGER_MS"),
+        (
+            {"MICROBATCH_BATCH__MAX_WAIT_MS": "5", "MICROBATCH_BATCH__LINGER_MS": "5"},
+            "MICROBATCH_BATCH__LINGER_MS",
+        ),
         ({"MICROBATCH_BATCH__PIPELINE_DEPTH": "-1"}, "MICROBATCH_BATCH__PIPELINE_DEPTH"),
         ({"MICROBATCH_BATCH__MAX_TOKENS": "-5"}, "MICROBATCH_BATCH__MAX_TOKENS"),
         ({"MICROBATCH_BATCH__BUCKET_WINDOW": "many"}, "MICROBATCH_BATCH__BUCKET_WINDOW"),

@@ -326,10 +326,32 @@ def test_natural_batching_gathers_what_arrives_while_a_batch_computes(rig, clock
     engine = SlowEngine(clock, per_item_s=0.01)
     t0 = clock.now
     script = [At(t0, [rec(0)]), At(t0 + 0.004, [rec(1)]), At(t0 + 0.006, [rec(2), rec(3)])]
-    r = rig(script, engine=engine, max_size=10, max_wait_ms=100, batch={"natural": True}, greedy=True).run()
+    batch = {"natural": True, "linger_ms": 1.0}
+    r = rig(script, engine=engine, max_size=10, max_wait_ms=100, batch=batch, greedy=True).run()
     assert engine.batch_sizes() == [1, 3]
     produced = {k[2]: v["timestamps"]["produced_ms"] / 1000 for k, v in r.results().items()}
-    assert produced == pytest.approx({0: t0 + 0.01, 1: t0 + 0.04, 2: t0 + 0.04, 3: t0 + 0.04}, abs=1e-3)
+    # 0 lingers 1 ms for company (none comes), then computes for 10 ms; 1..3 go at once after it.
+    expected = {0: t0 + 0.011, 1: t0 + 0.041, 2: t0 + 0.041, 3: t0 + 0.041}
+    assert produced == pytest.approx(expected, abs=1e-4)
+
+
+@pytest.mark.parametrize("linger_ms", [0.0, 2.0])
+def test_a_batch_just_opened_lingers_for_what_comes_soon_then_is_cut(rig, clock, linger_ms):
+    t0 = clock.now
+    script = [At(t0, [rec(0)]), At(t0 + 0.001, [rec(1)]), At(t0 + 0.01, [rec(2)]), At(t0 + 1.0, [rec(3)])]
+    batch = {"natural": True, "linger_ms": linger_ms}
+    r = rig(script, max_size=10, max_wait_ms=100, batch=batch).run()
+    produced = {k[2]: v["timestamps"]["produced_ms"] / 1000 for k, v in r.results().items() if k[2] < 3}
+    if linger_ms:
+        # 1 came within 0's linger: one batch, cut when it came; 2 came long after, and waited out its
+        # linger alone.
+        assert r.engine.batch_sizes() == [2, 1, 1]
+        assert produced == pytest.approx({0: t0 + 0.001, 1: t0 + 0.001, 2: t0 + 0.012}, abs=1e-4)
+    else:
+        assert r.engine.batch_sizes() == [1, 1, 1, 1]
+        assert produced == pytest.approx({0: t0, 1: t0 + 0.001, 2: t0 + 0.01}, abs=1e-4)
+    if linger_ms:  # one linger per batch opened
+        assert [t for _count, t in r.source.consume_calls].count(linger_ms / 1000) == 3
 
 
 def test_natural_batching_cuts_no_second_batch_while_the_first_computes(rig, clock):
