@@ -16,6 +16,10 @@ KafkaValue = str | int | float | bool
 # librdkafka options the at-least-once contract rests on; no *_EXTRA setting may change them.
 GUARANTEE_KEYS = frozenset({"enable.auto.offset.store", "enable.auto.commit", "acks", "enable.idempotence"})
 EXTRA_FIELDS = ("consumer_extra", "producer_extra", "extra")
+# Consumer options the broker decides under the KIP-848 protocol (librdkafka refuses them there).
+BROKER_DECIDES = frozenset(
+    {"partition.assignment.strategy", "session.timeout.ms", "heartbeat.interval.ms", "group.protocol.type"}
+)
 # Each secret, and the setting that may name a file holding it instead.
 SECRET_FILES = {
     "sasl_password": "sasl_password_file",
@@ -41,6 +45,15 @@ class KafkaSettings(Section):
     """The brokers to connect to first, ``host:port`` each, comma-separated."""
     group_id: str = "microbatch"
     """The consumer group; replicas of one service share it and split the input partitions."""
+    group_instance_id: str | None = Field(None, min_length=1, max_length=249)
+    """Static membership (``group.instance.id``): a name of this replica's own, stable across its restarts
+    (a StatefulSet's pod name), so that a restart within ``SESSION_TIMEOUT_MS`` moves no partition.
+    Unset: a new member at every start. Two live replicas must never share one."""
+    group_protocol: Literal["classic", "consumer"] = "classic"
+    """The consumer group protocol: ``classic``, or ``consumer``, the broker-driven one of KIP-848 (Kafka
+    4.0+), where the broker assigns partitions and sets the session timeout
+    (``group.consumer.session.timeout.ms``), so ``SESSION_TIMEOUT_MS`` and client-side assignors are not
+    taken with it."""
     client_id: str = "microbatch"
     """The client id of both the consumer and the producer, as the brokers' logs and quotas see it."""
     security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
@@ -83,7 +96,9 @@ class KafkaSettings(Section):
     startup_timeout_s: float = Field(30.0, ge=0)
     """How long start-up waits for a broker to answer, in seconds; 0 waits forever."""
     session_timeout_ms: int = Field(45_000, ge=1_000)
-    """The consumer group's session timeout, in milliseconds: a replica silent this long is evicted."""
+    """The consumer group's session timeout, in milliseconds: a replica silent this long is evicted (with
+    ``GROUP_INSTANCE_ID``, also how long a restarting replica keeps its partitions). Classic protocol
+    only."""
     max_poll_interval_ms: int = Field(300_000, ge=1_000, validate_default=True)
     """The longest time between two polls before the consumer leaves its group, in milliseconds; at least
     ``SESSION_TIMEOUT_MS``."""
@@ -97,10 +112,15 @@ class KafkaSettings(Section):
 
     @field_validator(*EXTRA_FIELDS)
     @classmethod
-    def _keeps_the_guarantee(cls, value: dict[str, KafkaValue]) -> dict[str, KafkaValue]:
+    def _keeps_the_guarantee(
+        cls, value: dict[str, KafkaValue], info: ValidationInfo
+    ) -> dict[str, KafkaValue]:
         locked = sorted(set(value) & GUARANTEE_KEYS)
         if locked:
             raise ValueError(f"{locked} cannot be overridden: the delivery guarantee depends on them")
+        taken = sorted(set(value) & BROKER_DECIDES)
+        if taken and info.data.get("group_protocol") == "consumer" and info.field_name != "producer_extra":
+            raise ValueError(f"{taken}: the broker decides them with {cls.env('group_protocol')}=consumer")
         return value
 
     @field_validator("ssl_ca_file", "ssl_cert_file")
@@ -150,6 +170,17 @@ class KafkaSettings(Section):
     def _poll_above_session(cls, value: int, info: ValidationInfo) -> int:
         return not_below(cls, value, info, "session_timeout_ms")
 
+    @field_validator("session_timeout_ms")
+    @classmethod
+    def _not_the_brokers(cls, value: int, info: ValidationInfo) -> int:
+        """Runs only when set: with the broker-driven protocol, the session timeout is the broker's."""
+        if info.data.get("group_protocol") == "consumer":
+            raise ValueError(
+                f"the broker sets it with {cls.env('group_protocol')}=consumer "
+                "(group.consumer.session.timeout.ms): unset it"
+            )
+        return value
+
     def client_config(self) -> dict[str, KafkaValue]:
         """Connection options shared by every client (bootstrap servers, security, ``EXTRA``)."""
         conf: dict[str, KafkaValue] = {
@@ -185,6 +216,17 @@ class KafkaSettings(Section):
 
     def consumer_config(self) -> dict[str, KafkaValue]:
         """librdkafka consumer options. Offsets are stored only by the service, after delivery."""
+        group: dict[str, KafkaValue] = {"group.protocol": self.group_protocol}
+        if self.group_protocol == "classic":
+            # Incremental rebalancing: a replica joining or leaving moves only the partitions that change
+            # owner, and the others keep flowing (scaling out on lag must not stop the world). The
+            # consumer protocol is incremental by design, its assignor and session the broker's.
+            group |= {
+                "partition.assignment.strategy": "cooperative-sticky",
+                "session.timeout.ms": self.session_timeout_ms,
+            }
+        if self.group_instance_id is not None:
+            group["group.instance.id"] = self.group_instance_id
         return (
             self.client_config()
             | {
@@ -194,12 +236,9 @@ class KafkaSettings(Section):
                 # Auto-commit only ever commits offsets the service stored, i.e. delivered ones.
                 "enable.auto.commit": True,
                 "auto.commit.interval.ms": 1000,
-                # Incremental rebalancing: a replica joining or leaving moves only the partitions that
-                # change owner, and the others keep flowing (scaling out on lag must not stop the world).
-                "partition.assignment.strategy": "cooperative-sticky",
-                "session.timeout.ms": self.session_timeout_ms,
                 "max.poll.interval.ms": self.max_poll_interval_ms,
             }
+            | group
             | self.consumer_extra
         )
 
@@ -224,6 +263,8 @@ class KafkaSettings(Section):
         return {
             "bootstrap_servers": self.bootstrap_servers,
             "group_id": self.group_id,
+            "group_instance_id": self.group_instance_id,
+            "group_protocol": self.group_protocol,
             "security_protocol": self.security_protocol,
             "sasl_mechanism": self.sasl_mechanism,
             "sasl_username": self.sasl_username,

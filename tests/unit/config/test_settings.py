@@ -117,6 +117,23 @@ def test_consumer_stores_offsets_only_on_request(monkeypatch):
     assert consumer["bootstrap.servers"]
 
 
+def test_the_classic_protocol_is_cooperative_and_the_brokers_takes_no_client_side_group_options(
+    monkeypatch,
+):
+    classic = load_settings().kafka.consumer_config()
+    assert classic["group.protocol"] == "classic"
+    assert classic["partition.assignment.strategy"] == "cooperative-sticky"
+    assert classic["session.timeout.ms"] == 45_000
+    assert "group.instance.id" not in classic
+    monkeypatch.setenv("MICROBATCH_KAFKA__GROUP_PROTOCOL", "consumer")
+    monkeypatch.setenv("MICROBATCH_KAFKA__GROUP_INSTANCE_ID", "replica-0")
+    consumer = load_settings().kafka.consumer_config()
+    assert consumer["group.protocol"] == "consumer"
+    assert consumer["group.instance.id"] == "replica-0"
+    assert not {"partition.assignment.strategy", "session.timeout.ms"} & set(consumer)
+    assert consumer["max.poll.interval.ms"] == classic["max.poll.interval.ms"]
+
+
 @pytest.mark.parametrize("variable", ["EXTRA", "CONSUMER_EXTRA", "PRODUCER_EXTRA"])
 @pytest.mark.parametrize(
     "option",
@@ -205,6 +222,19 @@ def test_secret_is_not_echoed_in_a_config_error(monkeypatch):
             "MICROBATCH_BATCH__LATENCY_SLO_MS",
         ),
         ({"MICROBATCH_BATCH__ADAPTIVE": "sometimes"}, "MICROBATCH_BATCH__ADAPTIVE"),
+        ({"MICROBATCH_KAFKA__GROUP_PROTOCOL": "eager"}, "MICROBATCH_KAFKA__GROUP_PROTOCOL"),
+        ({"MICROBATCH_KAFKA__GROUP_INSTANCE_ID": ""}, "MICROBATCH_KAFKA__GROUP_INSTANCE_ID"),
+        (
+            {"MICROBATCH_KAFKA__GROUP_PROTOCOL": "consumer", "MICROBATCH_KAFKA__SESSION_TIMEOUT_MS": "10000"},
+            "MICROBATCH_KAFKA__SESSION_TIMEOUT_MS",
+        ),
+        (
+            {
+                "MICROBATCH_KAFKA__GROUP_PROTOCOL": "consumer",
+                "MICROBATCH_KAFKA__CONSUMER_EXTRA": '{"partition.assignment.strategy": "range"}',
+            },
+            "MICROBATCH_KAFKA__CONSUMER_EXTRA",
+        ),
         ({"MICROBATCH_BATCH__LINGER_MS": "-1"}, "MICROBATCH_BATCH__LINGER_MS"),
         (
             {"MICROBATCH_BATCH__MAX_WAIT_MS": "5", "MICROBATCH_BATCH__LINGER_MS": "5"},
