@@ -80,6 +80,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, settings: Settings) -> int:
     """Run the selected scenarios; exit 0, or 1 when a system did not answer every input. Raises
     UsageError when the ``bench`` extra is not installed."""
+    return run_bench(options(args, settings), settings)
+
+
+def options(args: argparse.Namespace, settings: Settings) -> Options:
+    """The run's options from the command's arguments (:func:`add_arguments`). Raises UsageError when the
+    ``bench`` extra is not installed."""
     try:
         from service.tools.harness.runner import Options
     except ImportError as exc:  # tqdm, psutil: the bench extra
@@ -88,7 +94,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         ) from None
     quick = args.quick
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
-    options = Options(
+    return Options(
         scenario=args.scenario,
         quick=quick,
         bootstrap=args.bootstrap or settings.kafka.bootstrap_servers,
@@ -103,7 +109,6 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         out=args.out or RESULTS_DIR / f"bench-{stamp}.json",
         log_dir=args.log_dir,
     )
-    return run_bench(options, settings)
 
 
 def _given(value: float | None, default: float) -> float:

@@ -1,66 +1,57 @@
-"""The service's light-load runs beside the plain loop's, round after round: CPU per event and latency of
-each setting as multiples of the plain loop's in the same round, then the medians. Scenario A's events and
-rate (2,000/s), measured as ``make bench`` measures its light-load rows, without the rest of the bench.
+"""The service's light-load runs beside the plain loop's, round after round: CPU per event and p99 of each
+setting as multiples of the plain loop's in the same round, then the medians. Scenario A's events at its
+light rate (``--light-rate``, 2,000/s), measured as ``make bench`` measures its light-load rows, without the
+rest of the bench.
 
-    .venv/bin/python bench/compare_light.py ROUNDS [LABEL=SETTINGS ...]
+    .venv/bin/python bench/compare_light.py [--rounds 3] [bench options] [LABEL=SETTINGS ...]
 
 Each ``SETTINGS`` is a JSON object of environment variables for the service's runs (``{}``: the defaults),
-for example ``linger0='{"MICROBATCH_BATCH__LINGER_MS": "0"}'``. The broker is
-``MICROBATCH_KAFKA__BOOTSTRAP_SERVERS`` (default ``127.0.0.1:9092``).
+for example ``linger0='{"MICROBATCH_BATCH__LINGER_MS": "0"}'``. The other options are ``python -m bench``'s
+(``--bootstrap``, ``--seed``, ``--latency-seconds``, ...).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import statistics
-import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from pathlib import Path
 
+from bench import command
 from bench.runner import Bench
 from bench.scenarios import PLAIN, selected
 from service.config import load_settings
-from service.tools.harness.runner import Options
 from service.tools.harness.systems import SERVICE
 from service.tools.harness.workload import make_events
 
-RATE = 2000.0
-POOL = 60_000
-SEED = 7
+POOL = 60_000  # distinct events, cycled
 
 
-def main() -> None:
-    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 3
-    variants = [arg.split("=", 1) for arg in sys.argv[2:]] or [["defaults", "{}"]]
-    settings = load_settings()
-    options = Options(
-        scenario="A",
-        quick=False,
-        bootstrap=settings.kafka.bootstrap_servers,
-        partitions=4,
-        drain_s=12.0,
-        latency_s=15.0,
-        settle_s=2.0,
-        latency_load=0.5,
-        latency_repeats=1,
-        light_rate=RATE,
-        seed=SEED,
-        out=Path(".local/bench/compare-light.json"),
-        log_dir=Path(".local/bench"),
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="bench/compare_light.py", description=__doc__.splitlines()[0])
+    command.add_arguments(parser)
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="rounds of the plain loop and every setting (3)"
     )
+    parser.add_argument("variants", nargs="*", metavar="LABEL=SETTINGS", default=["defaults={}"])
+    args = parser.parse_args(argv)
+    settings = load_settings()
+    options = command.options(args, settings)
     bench = Bench(options, settings)
     bench.check_broker()
     scenario = selected("A")[0]
     systems = {system.name: system for system in scenario.systems}
-    pool = make_events(scenario.kind, POOL, SEED, 1)
+    pool = make_events(scenario.kind, POOL, options.seed, 1)
+    rate = options.light_rate
+    variants = [variant.split("=", 1) for variant in args.variants]
     ratios: dict[str, list[tuple[float, float]]] = {label: [] for label, _ in variants}
-    for round_ in range(rounds):
-        plain = bench.latency_phase(scenario, systems[PLAIN], pool, RATE, f"light-plain-{round_}")
+    for round_ in range(args.rounds):
+        plain = bench.latency_phase(scenario, systems[PLAIN], pool, rate, f"light-plain-{round_}")
         for label, env in variants:
             with _env(json.loads(env)):
-                run = bench.latency_phase(scenario, systems[SERVICE], pool, RATE, f"light-{label}-{round_}")
+                run = bench.latency_phase(scenario, systems[SERVICE], pool, rate, f"light-{label}-{round_}")
             cpu = run["cpu_us_per_event"] / plain["cpu_us_per_event"]
             p99 = run["p99_ms"] / plain["p99_ms"]
             ratios[label].append((cpu, p99))
@@ -73,7 +64,9 @@ def main() -> None:
     for label, pairs in ratios.items():
         cpu = statistics.median(c for c, _ in pairs)
         p99 = statistics.median(p for _, p in pairs)
-        print(f"{label}: CPU per event {cpu:.2f}x the plain loop's, p99 {p99:.2f}x (medians of {rounds})")
+        print(
+            f"{label}: CPU per event {cpu:.2f}x the plain loop's, p99 {p99:.2f}x (medians of {args.rounds})"
+        )
 
 
 @contextmanager

@@ -112,14 +112,20 @@ class KafkaSettings(Section):
 
     @field_validator(*EXTRA_FIELDS)
     @classmethod
-    def _keeps_the_guarantee(
-        cls, value: dict[str, KafkaValue], info: ValidationInfo
-    ) -> dict[str, KafkaValue]:
+    def _keeps_the_guarantee(cls, value: dict[str, KafkaValue]) -> dict[str, KafkaValue]:
         locked = sorted(set(value) & GUARANTEE_KEYS)
         if locked:
             raise ValueError(f"{locked} cannot be overridden: the delivery guarantee depends on them")
+        return value
+
+    @field_validator("extra", "consumer_extra")
+    @classmethod
+    def _not_the_brokers_options(
+        cls, value: dict[str, KafkaValue], info: ValidationInfo
+    ) -> dict[str, KafkaValue]:
+        """With the broker-driven protocol, the group options it decides may not come from the client."""
         taken = sorted(set(value) & BROKER_DECIDES)
-        if taken and info.data.get("group_protocol") == "consumer" and info.field_name != "producer_extra":
+        if taken and info.data.get("group_protocol") == "consumer":
             raise ValueError(f"{taken}: the broker decides them with {cls.env('group_protocol')}=consumer")
         return value
 
@@ -172,7 +178,7 @@ class KafkaSettings(Section):
 
     @field_validator("session_timeout_ms")
     @classmethod
-    def _not_the_brokers(cls, value: int, info: ValidationInfo) -> int:
+    def _not_the_brokers_session(cls, value: int, info: ValidationInfo) -> int:
         """Runs only when set: with the broker-driven protocol, the session timeout is the broker's."""
         if info.data.get("group_protocol") == "consumer":
             raise ValueError(
