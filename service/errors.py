@@ -11,9 +11,11 @@ The tree, with each class's exit code (the CLI exits with ``type(error).exit_cod
     │   └── NotAuthorizedError      3  the cluster's ACLs refuse the principal what the command needs
     ├── CouldNotCheckError          4  verify could not read what it checks (a permission it lacks)
     ├── FatalKafkaError             1  librdkafka reported a fatal error; keeps its error code
+    │   └── FencedError             5  another live instance took this one's transactional id
     ├── EngineFailedError           1  the model fails on a known-good sample: the runtime is broken
     ├── BatchMismatchError          1  a processor or model broke one-result-per-input
     ├── OffsetOrderError            1  an offset went backwards without a rebalance
+    ├── TransactionAborted          -  the open transaction was aborted: the loop reads again, never an exit
     └── InvalidMessage              -  one message cannot be processed: a dead letter, never an exit
 
 Errors about one message carry that message's coordinates and raw bytes (see
@@ -118,6 +120,29 @@ class FatalKafkaError(MicrobatchError):
         self.client = client
         self.code = code
         self.name = name
+
+
+class FencedError(FatalKafkaError):
+    """Exactly-once: the transaction coordinator fenced this instance's producer, because another live
+    process registered the same transactional id since. That one owns the work now; this one must stop
+    (exit 5), and say which setting gives each replica an id of its own."""
+
+    exit_code = 5
+
+
+class TransactionAborted(MicrobatchError):
+    """Exactly-once: the open transaction was aborted (a delivery failed, the group moved on, a commit
+    could not complete). Nothing of it is visible to ``read_committed`` readers; the loop drops what it
+    holds and reads again from the last committed offsets. Never an exit. ``fenced``: the group had moved
+    on (this instance was a zombie, fenced by its group's generation); ``partitions``: those rewound (every
+    one owned), as ``(topic, partition)``."""
+
+    def __init__(
+        self, why: str, partitions: frozenset[tuple[str, int]] = frozenset(), *, fenced: bool = False
+    ) -> None:
+        super().__init__(why)
+        self.partitions = partitions
+        self.fenced = fenced
 
 
 class EngineFailedError(MicrobatchError):

@@ -31,7 +31,6 @@ from service.assemble import Assembler, rules_for
 from service.config import (
     AssembleSettings,
     BatchSettings,
-    KafkaSettings,
     Settings,
     check_run_settings,
     redact,
@@ -55,6 +54,7 @@ from service.flow.outputs import Outputs
 from service.flow.parts import Parts
 from service.flow.pipeline import Pipeline
 from service.flow.ports import (
+    Acknowledgements,
     DecodeStage,
     EngineLike,
     ExecutorLike,
@@ -62,15 +62,20 @@ from service.flow.ports import (
     SinkLike,
     SourceLike,
     TelemetryLike,
+    TransactionalSinkLike,
 )
 from service.flow.records import Decoded, InputRecord
 from service.flow.sizing import BatchPolicy
+from service.flow.transactions import Transactions
 from service.formats import Picker, load_format, parse_path
 from service.kafka import ClientHooks, Sink, Source
 from service.kafka.causes import client_error_setting
+from service.kafka.transactional import TransactionalSink
 from service.observability import AccessReport, Health, Metrics, MetricsServer, Telemetry
 
 _log = structlog.get_logger("microbatch")
+
+_NO_LIMIT_S = 365 * 24 * 3600.0  # a startup timeout of 0 waits for ever
 
 Batches = Callable[[Model[EngineLike], BatchSettings], tuple[BatchSettings, int | None]]
 """A mode's batch sizes: from the warmed-up model and the configured batch settings, the batch settings
@@ -168,12 +173,15 @@ def started(settings: Settings, mode: Mode[S]) -> Iterator[Started[S] | None]:
         hooks = ClientHooks(
             brokers=health.brokers, access=AccessReport(metrics, health), commit=metrics.committed
         )
-        source, sink = build_clients(settings.kafka, hooks, mode.consumer)
+        source, sink = build_clients(settings, hooks, mode.consumer)
         model = load_served(settings, metrics)
         if not source.startup.require_topics(settings, stop.requested.is_set):
             source.close()
             yield None
             return
+        sink.start(settings.kafka.startup_timeout_s or _NO_LIMIT_S)
+        if isinstance(sink, TransactionalSink):
+            metrics.watch_transactions(sink.opened, time.monotonic)
         yield Started(settings, mode, stop, metrics, health, server, source, sink, model)
     finally:
         if server is not None:
@@ -223,7 +231,7 @@ def build_pipeline(
         outputs=Outputs(
             sink, settings.output.topic, settings.dlq.topic, model.ref, telemetry, clock, wall_ms
         ),
-        acks=Checkpoint(source, sink, settings.dlq.topic, settings.output.flush_timeout_s, telemetry, clock),
+        acks=acknowledgements(settings, source, sink, telemetry, clock),
         backpressure=BackPressure(source, settings.input.max_in_flight),
         policy=policy,
         backlog=Backlog(source, clock),
@@ -236,6 +244,24 @@ def build_pipeline(
         idle_poll_s=settings.input.idle_poll_ms / 1000,
         linger_s=settings.batch.linger_ms / 1000,
     )
+
+
+def acknowledgements(
+    settings: Settings,
+    source: SourceLike,
+    sink: SinkLike,
+    telemetry: TelemetryLike,
+    clock: Callable[[], float],
+) -> Acknowledgements:
+    """The acknowledgement path of ``MICROBATCH_DELIVERY__GUARANTEE``: offsets committed once outputs are
+    acknowledged, or outputs and offsets in transactions (``sink`` must then be transactional)."""
+    delivery, timeout_s = settings.delivery, settings.output.flush_timeout_s
+    if delivery.guarantee == "at-least-once":
+        return Checkpoint(source, sink, settings.dlq.topic, timeout_s, telemetry, clock)
+    if not isinstance(sink, TransactionalSinkLike):
+        raise TypeError("exactly-once needs a transactional sink")
+    interval_s, max_records = delivery.transaction_ms / 1000, delivery.transaction_max_records
+    return Transactions(source, sink, interval_s, max_records, timeout_s, telemetry, clock)
 
 
 def decode_stage(
@@ -341,14 +367,21 @@ def observe(settings: Settings) -> tuple[Metrics, Health, MetricsServer | None]:
         raise ConfigError(conf.env("port"), f"cannot listen: {exc.strerror or exc}") from None
 
 
-def build_clients(kafka: KafkaSettings, hooks: ClientHooks, consumer: type[S]) -> tuple[S, Sink]:
+def build_clients(settings: Settings, hooks: ClientHooks, consumer: type[S]) -> tuple[S, Sink]:
     """Create both clients first, so librdkafka's own validation of the options (unknown keys, bad
     values in the *_EXTRA settings) stops start-up as a configuration error naming the variable, with
     every configured value taken out of librdkafka's message. Both tell ``hooks`` what they see (the
     consumer the brokers, permissions and auto-commits; the producer permissions); ``consumer``:
-    ``Source``, or a backfill's ``RangeReader``."""
+    ``Source``, or a backfill's ``RangeReader``. The producer is transactional under exactly-once."""
+    kafka = settings.kafka
     try:
-        return consumer(kafka, hooks), Sink(kafka, hooks)
+        source = consumer(kafka, hooks)
+        if settings.delivery.guarantee == "at-least-once":
+            return source, Sink(kafka, hooks)
+        sink = TransactionalSink(
+            kafka, source.transaction_offsets, settings.dlq.topic, settings.output.flush_timeout_s, hooks
+        )
+        return source, sink
     except KafkaException as exc:
         message = exc.args[0].str()
         setting = client_error_setting(message, kafka) or kafka.extra_setting(message)

@@ -100,5 +100,8 @@ class RangeSource:
         if parts:
             self._source.resume(parts)
 
+    def rewind(self, offsets: dict[TopicPartition, int]) -> None:
+        self._source.rewind(offsets)
+
     def close(self) -> None:
         self._source.close()

@@ -37,6 +37,7 @@ from service.config._run import check_run_settings, require_topics, run_problems
 from service.config._sections import (
     AssembleSettings,
     BatchSettings,
+    DeliverySettings,
     DlqSettings,
     GpuSettings,
     InputSettings,
@@ -53,6 +54,7 @@ __all__ = [
     "GUARANTEE_KEYS",
     "AssembleSettings",
     "BatchSettings",
+    "DeliverySettings",
     "Diagnosis",
     "DlqSettings",
     "Effective",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import socket
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -14,7 +15,9 @@ from service.config._base import Section, not_below
 KafkaValue = str | int | float | bool
 
 # librdkafka options the at-least-once contract rests on; no *_EXTRA setting may change them.
-GUARANTEE_KEYS = frozenset({"enable.auto.offset.store", "enable.auto.commit", "acks", "enable.idempotence"})
+GUARANTEE_KEYS = frozenset(
+    {"enable.auto.offset.store", "enable.auto.commit", "acks", "enable.idempotence", "transactional.id"}
+)
 EXTRA_FIELDS = ("consumer_extra", "producer_extra", "extra")
 # Consumer options the broker decides under the KIP-848 protocol (librdkafka refuses them there).
 BROKER_DECIDES = frozenset(
@@ -49,6 +52,11 @@ class KafkaSettings(Section):
     """Static membership (``group.instance.id``): a name of this replica's own, stable across its restarts
     (a StatefulSet's pod name), so that a restart within ``SESSION_TIMEOUT_MS`` moves no partition.
     Unset: a new member at every start. Two live replicas must never share one."""
+    instance_id: str | None = Field(None, min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._-]+$")
+    """This replica's own name, stable across its restarts: with exactly-once delivery, its producer's
+    transactional id is ``<GROUP_ID>.<INSTANCE_ID>``, and a restart aborts what its predecessor left
+    open. Unset: the host name (the pod name under Kubernetes). Two live replicas must never share one:
+    each fences the other."""
     group_protocol: Literal["classic", "consumer"] = "classic"
     """The consumer group protocol: ``classic``, or ``consumer``, the broker-driven one of KIP-848 (Kafka
     4.0+), where the broker assigns partitions and sets the session timeout
@@ -248,8 +256,15 @@ class KafkaSettings(Section):
             | self.consumer_extra
         )
 
-    def producer_config(self) -> dict[str, KafkaValue]:
-        """librdkafka producer options: idempotent, acks=all, so a retry can neither lose nor reorder."""
+    def transactional_id(self) -> str:
+        """The exactly-once producer's ``transactional.id``: the group's, then this replica's name (the host
+        name unless ``INSTANCE_ID`` says otherwise), so two services on one host never share one."""
+        return f"{self.group_id}.{self.instance_id or socket.gethostname()}"
+
+    def producer_config(self, transactional: bool = False) -> dict[str, KafkaValue]:
+        """librdkafka producer options: idempotent, acks=all, so a retry can neither lose nor reorder;
+        ``transactional``: with this replica's transactional id (exactly-once)."""
+        txn: dict[str, KafkaValue] = {"transactional.id": self.transactional_id()} if transactional else {}
         return (
             self.client_config()
             | {
@@ -261,6 +276,7 @@ class KafkaSettings(Section):
                 "linger.ms": 5,
                 "compression.type": "lz4",
             }
+            | txn
             | self.producer_extra
         )
 
@@ -270,6 +286,7 @@ class KafkaSettings(Section):
             "bootstrap_servers": self.bootstrap_servers,
             "group_id": self.group_id,
             "group_instance_id": self.group_instance_id,
+            "instance_id": self.instance_id,
             "group_protocol": self.group_protocol,
             "security_protocol": self.security_protocol,
             "sasl_mechanism": self.sasl_mechanism,

@@ -11,6 +11,7 @@ from service.config._kafka import KafkaSettings
 from service.config._sections import (
     AssembleSettings,
     BatchSettings,
+    DeliverySettings,
     DlqSettings,
     GpuSettings,
     InputSettings,
@@ -39,6 +40,7 @@ class Settings(BaseSettings):
     input: InputSettings = Field(default_factory=InputSettings)
     output: OutputSettings = Field(default_factory=OutputSettings)
     dlq: DlqSettings = Field(default_factory=DlqSettings)
+    delivery: DeliverySettings = Field(default_factory=DeliverySettings)
     batch: BatchSettings = Field(default_factory=BatchSettings)
     model: ModelSettings = Field(default_factory=ModelSettings)
     gpu: GpuSettings = Field(default_factory=GpuSettings)

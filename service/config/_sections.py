@@ -89,6 +89,25 @@ class DlqSettings(Section):
     its headers."""
 
 
+class DeliverySettings(Section):
+    """The delivery guarantee (docs/RELIABILITY.md). At-least-once: an input's offset is committed once
+    its outputs are acknowledged, so a crash may answer the uncommitted tail twice. Exactly-once: results,
+    dead letters and the input offsets they complete are written in one Kafka transaction, so a reader
+    with ``isolation.level=read_committed`` sees each input answered once; the producer's transactional
+    id is ``<KAFKA__GROUP_ID>.<KAFKA__INSTANCE_ID>``."""
+
+    guarantee: Literal["at-least-once", "exactly-once"] = "at-least-once"
+    """``at-least-once``, or ``exactly-once`` (Kafka transactions; readers must use
+    ``isolation.level=read_committed``)."""
+    transaction_ms: int = Field(100, ge=1, le=600_000)
+    """Exactly-once: how long a transaction gathers batches before it is committed, in milliseconds.
+    Results become visible to ``read_committed`` readers at the commit, so this adds up to that much
+    latency; shorter costs more commits."""
+    transaction_max_records: int = Field(10_000, ge=1)
+    """Exactly-once: a transaction is committed sooner once it holds this many records (results and dead
+    letters): what an abort makes the service process again."""
+
+
 class BatchSettings(Section):
     """Micro-batching: a batch is cut at the target size, or when its oldest item has waited ``max_wait_ms``.
 

@@ -7,10 +7,11 @@ a fake clock, and integration tests with the real clients.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import structlog
 
+from service.errors import TransactionAborted
 from service.flow.inference import Finished
 from service.flow.parts import Parts
 from service.flow.ports import SourceLike
@@ -66,7 +67,7 @@ class Pipeline:
                 self._release()
                 self._dispatch(drained)
                 self._finish(self._idle_s if self._inference.full() else 0.0)
-                self._acks.poll()
+                self._durable(self._acks.poll)
                 self._backpressure.apply(self._acks.in_flight())
                 self._telemetry.periodic(self._state)
         except BaseException:
@@ -222,12 +223,26 @@ class Pipeline:
 
         Steps 2-4 are the acknowledgement path's (``Checkpoint.commit``). An output still unacknowledged
         when the flush times out holds its partition's watermark back, so the worst case is a duplicate
-        after restart, never a loss.
+        after restart, never a loss. With exactly-once (``Transactions.commit``), steps 3 and 4 put the
+        watermarks in the open transaction and commit it; an abort rewinds instead (False).
         """
         self._finish(None)
         while len(self._batcher):
             self._emit(self._inference.run_now(*self._batcher.take_padded()))
-        return self._acks.commit()
+        return self._durable(self._acks.commit)
+
+    def _durable(self, step: Callable[[], bool | None]) -> bool:
+        """Run an acknowledgement step (poll, commit, lose); returns False when it says it failed. When it
+        aborted the open transaction (exactly-once), the partitions were rewound: drop everything consumed
+        from them, the open batch, the batches computing and the rows held, to be read again; False."""
+        try:
+            return step() is not False
+        except TransactionAborted as aborted:
+            dropped = self._batcher.discard(lambda _d: False)
+            dropped += sum(len(done.batch) for done in self._inference.finished(None))
+            self._discard(list(aborted.partitions))
+            _log.warning("rewound", dropped=dropped, partitions=_names(sorted(aborted.partitions)))
+            return False
 
     def on_assigned(self, tps: list[TopicPartition]) -> None:
         """Start the new partitions' bookkeeping; resume them unless back-pressure holds them."""
@@ -256,7 +271,7 @@ class Pipeline:
             )
         )
         self._finish(None)  # batches in flight finish; their outputs are duplicates at worst
-        self._acks.lose(tps)
+        self._durable(lambda: self._acks.lose(tps))
         self._discard(tps)
         _log.warning("partitions_lost", partitions=_names(tps), dropped=dropped)
 

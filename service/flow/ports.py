@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -41,6 +41,10 @@ class SourceLike(Protocol):
 
     def resume(self, tps: list[TopicPartition] | None = None) -> None: ...
 
+    def rewind(self, offsets: dict[TopicPartition, int]) -> None:
+        """Read each partition again from its offset (exactly-once, after an aborted transaction)."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -58,6 +62,34 @@ class SinkLike(Protocol):
     def take_refused(self) -> list[tuple[OutRecord, str]]: ...
 
     def pending(self) -> int: ...
+
+
+@runtime_checkable
+class TransactionalSinkLike(SinkLike, Protocol):
+    """A sink whose outputs go into Kafka transactions (exactly-once): one opens with the first output
+    sent after the last commit or abort."""
+
+    def opened(self) -> float | None:
+        """When the open transaction began (``time.monotonic``); None while none is open."""
+        ...
+
+    def records(self) -> int:
+        """Records sent in the open transaction."""
+        ...
+
+    def failing(self) -> str | None:
+        """Why the open transaction can only be aborted (a delivery failed); None while it may commit."""
+        ...
+
+    def commit(self, offsets: dict[TopicPartition, int]) -> None:
+        """Put ``offsets`` (the next to read of each partition) in the open transaction (opening one if
+        none is) and commit it. Raises TransactionAborted once it had to be aborted instead, FencedError
+        when another instance took this one's transactional id, FatalKafkaError on another fatal error."""
+        ...
+
+    def abort(self) -> None:
+        """Abort the open transaction, if one is: its records are never visible to committed readers."""
+        ...
 
 
 class DecodeStage(Protocol):
@@ -174,6 +206,11 @@ class TelemetryLike(Protocol):
     def field_never_seen(self, field: str, closest: list[str]) -> None: ...
 
     def committed(self, ok: bool, seconds: float) -> None: ...
+
+    def transaction(self, committed: bool, seconds: float, fenced: bool = False) -> None:
+        """Exactly-once: a transaction committed, or aborted (``fenced``: because the group had moved on);
+        ``seconds``: how long the commit took."""
+        ...
 
     def periodic(self, state: Callable[[], LoopState]) -> None: ...
 

@@ -56,14 +56,13 @@ class RangeReader(Source):
         records the range of its job there)."""
         self._notes = dict(notes)
 
-    def store(self, offsets: dict[TopicPartition, int]) -> None:
-        """Store the next offsets to commit (auto-commit sends them within a second), each with its
-        partition's note once :meth:`note` gave them (then every partition read has one)."""
+    def _positions(self, offsets: dict[TopicPartition, int]) -> list[KafkaTopicPartition]:
+        """The next offsets to commit (stored, or in a transaction), each with its partition's note once
+        :meth:`note` gave them (then every partition read has one)."""
         notes = self._notes
         if not notes:  # the client takes no None for metadata
-            super().store(offsets)
-            return
-        self._store([KafkaTopicPartition(t, p, o, notes[(t, p)]) for (t, p), o in offsets.items()])
+            return super()._positions(offsets)
+        return [KafkaTopicPartition(t, p, o, notes[(t, p)]) for (t, p), o in offsets.items()]
 
     def pause_partitions(self, tps: Sequence[TopicPartition]) -> None:
         """Stop fetching from ``tps``."""

@@ -34,7 +34,7 @@ _log = structlog.get_logger("microbatch.sink")
 _FAILURE_LOG_EVERY_S = 5.0
 
 # Errors that no retry can fix: the record itself is unacceptable to the broker.
-_REFUSED = {
+REFUSED = {
     KafkaError.MSG_SIZE_TOO_LARGE,
     KafkaError.INVALID_RECORD,
     KafkaError.RECORD_LIST_TOO_LARGE,
@@ -47,10 +47,12 @@ class Sink:
     of WRITE on a topic refused, and of it working again (a delivery to that topic acknowledged); the
     consumer alone reports the brokers and the commits."""
 
-    def __init__(self, settings: KafkaSettings, hooks: ClientHooks = NO_HOOKS) -> None:
+    def __init__(
+        self, settings: KafkaSettings, hooks: ClientHooks = NO_HOOKS, transactional: bool = False
+    ) -> None:
         self._redact = redactor(settings.private_values())
         self._fatal = FatalWatch("producer", redact=self._redact)
-        options = settings.producer_config()
+        options = settings.producer_config(transactional)
         conf: dict[str, object] = {**options, "error_cb": self._fatal}
         conf["logger"] = client_log(options, settings.private_values())
         self._producer = Producer(conf)
@@ -61,6 +63,10 @@ class Sink:
         self._on_access = hooks.access
         self._refused_topics: set[str] = set()  # WRITE refused, until a delivery to it is acknowledged
 
+    def start(self, timeout_s: float) -> None:
+        """Ready the producer for the loop, within ``timeout_s``: nothing to do here (it connects by
+        itself); a transactional one registers its id."""
+
     def send_all(self, outs: Sequence[OutRecord]) -> None:
         """Queue ``outs`` with one delivery callback: their inputs come back from :meth:`poll` or
         :meth:`flush` together, once the last is acknowledged. A failed one is held with its topic and
@@ -68,7 +74,7 @@ class Sink:
         behind them. Blocks (serving delivery reports) only while the local queue is full."""
         if self._holds:
             outs = self._holds.admit(outs)
-        Batch(outs, _PRODUCED, self._failed, self._batch_done).produce_all(self._producer)
+        Batch(outs, PRODUCED, self._failed, self._batch_done).produce_all(self._producer)
 
     def send(self, out: OutRecord) -> None:
         """:meth:`send_all` of one record."""
@@ -137,7 +143,7 @@ class Sink:
             "source_offset": out.source.offset,
             "error": self._redact(err.str()),
         }
-        if err.code() in _REFUSED:
+        if err.code() in REFUSED:
             _log.error("delivery_refused", **fields)
             self._refused.append((out, self._redact(err.str())))
             return
@@ -160,7 +166,7 @@ class Sink:
 
     def _resend_due(self) -> None:
         for topic, records in self._holds.due():
-            Batch(records, _PRODUCED, self._failed, partial(self._round_done, topic)).produce_all(
+            Batch(records, PRODUCED, self._failed, partial(self._round_done, topic)).produce_all(
                 self._producer
             )
 
@@ -169,7 +175,7 @@ class Sink:
         self._holds.round_done(topic)
 
 
-_PRODUCED = attrgetter("topic", "value", "key", "headers")
+PRODUCED = attrgetter("topic", "value", "key", "headers")
 _SOURCE = attrgetter("source")
 _TOPIC = attrgetter("topic")
 _INPUT_ORDER = attrgetter("source.topic", "source.partition", "source.offset")

@@ -130,7 +130,18 @@ class Source:
 
     def store(self, offsets: dict[TopicPartition, int]) -> None:
         """Store the next offsets to commit (auto-commit sends them within a second)."""
-        self._store([KafkaTopicPartition(t, p, o) for (t, p), o in offsets.items()])
+        self._store(self._positions(offsets))
+
+    def _positions(self, offsets: dict[TopicPartition, int]) -> list[KafkaTopicPartition]:
+        """The next offsets to commit, as the client takes them."""
+        return [KafkaTopicPartition(t, p, o) for (t, p), o in offsets.items()]
+
+    def transaction_offsets(
+        self, offsets: dict[TopicPartition, int]
+    ) -> tuple[list[KafkaTopicPartition], object]:
+        """The next offsets to commit as a transaction takes them (exactly-once), with the group's
+        metadata (member, generation), which fences a zombie's offsets once its group moved on (KIP-447)."""
+        return self._positions(offsets), self._consumer.consumer_group_metadata()
 
     def _store(self, parts: list[KafkaTopicPartition]) -> None:
         try:
@@ -163,6 +174,16 @@ class Source:
             self._consumer.resume(parts)
         except KafkaException as exc:  # a partition never seen before has no pause flag to clear
             _log.debug("resume_failed", error=self._redact(str(exc)))
+
+    def rewind(self, offsets: dict[TopicPartition, int]) -> None:
+        """Read each partition again from its offset (exactly-once, after an aborted transaction): what
+        was fetched beyond it is dropped. A partition no longer assigned is skipped (its new owner reads
+        from the last commit)."""
+        for (topic, partition), offset in offsets.items():
+            try:
+                self._consumer.seek(KafkaTopicPartition(topic, partition, offset))
+            except KafkaException as exc:
+                _log.warning("rewind_failed", partition=f"{topic}[{partition}]", error=self._redact(str(exc)))
 
     def close(self) -> None:
         self._consumer.close()

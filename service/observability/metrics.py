@@ -208,6 +208,30 @@ class Metrics:
             "Unix time of the last offset commit the broker took (0: none yet).",
             registry=r,
         )
+        self.transactions = Counter(
+            f"{p}_transactions",
+            "Exactly-once: transactions ended, by outcome (committed, aborted); an abort rewinds the input "
+            "to the last commit and processes it again.",
+            ["outcome"],
+            registry=r,
+        )
+        self.transaction_time = Histogram(
+            f"{p}_transaction_commit_seconds",
+            "Exactly-once: how long committing a transaction took (its deliveries, offsets and markers).",
+            buckets=TIME_BUCKETS,
+            registry=r,
+        )
+        self.transactions_fenced = Counter(
+            f"{p}_transactions_fenced",
+            "Exactly-once: transactions aborted because the group had moved on without this instance "
+            "(a zombie fenced by its group's generation, or partitions lost).",
+            registry=r,
+        )
+        self.transaction_age = Gauge(
+            f"{p}_transaction_age_seconds",
+            "Exactly-once: how long the open transaction has been open (0: none is).",
+            registry=r,
+        )
         self.authorization_failures = Counter(
             f"{p}_authorization_failures",
             "Requests and deliveries the cluster refused for want of an ACL, by the permission missing "
@@ -298,6 +322,19 @@ class Metrics:
         self.last_commit.set_to_current_time()
         if seconds is not None:
             self.commit_time.observe(seconds)
+
+    def transaction(self, committed: bool, seconds: float, fenced: bool = False) -> None:
+        """Exactly-once: one transaction committed (``seconds`` to commit it) or aborted."""
+        self.transactions.labels("committed" if committed else "aborted").inc()
+        if committed:
+            self.transaction_time.observe(seconds)
+            self.last_commit.set_to_current_time()
+        if fenced:
+            self.transactions_fenced.inc()
+
+    def watch_transactions(self, opened: Callable[[], float | None], clock: Callable[[], float]) -> None:
+        """The open transaction's age, read at each scrape from ``opened()`` (its start on ``clock``)."""
+        self.transaction_age.set_function(lambda: 0.0 if (since := opened()) is None else clock() - since)
 
     def batch(
         self,

@@ -112,6 +112,10 @@ class Telemetry:
         """A synchronous commit (the auto-commits reach the metrics from the consumer itself)."""
         self.metrics.committed(ok, seconds)
 
+    def transaction(self, committed: bool, seconds: float, fenced: bool = False) -> None:
+        """Exactly-once: a transaction committed or aborted."""
+        self.metrics.transaction(committed, seconds, fenced)
+
     def periodic(self, state: Callable[[], LoopState]) -> None:
         """The state gauges about once a second, the stats line when it is due; ``state`` is asked only
         then."""

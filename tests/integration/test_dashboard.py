@@ -260,13 +260,15 @@ def test_state_panels_show_every_partition_read_to_its_end_and_nothing_held(run)
     assert model == ({"name": "metrics-anomaly", "version": "1", "provider": "CPUExecutionProvider"}, 1)
 
 
-def test_padding_and_gpu_panels_have_no_data_where_they_do_not_apply(run):
-    """metrics-anomaly does not pad, and this replica runs on CPU: "no data", not 0."""
+def test_padding_gpu_and_transaction_panels_have_no_data_where_they_do_not_apply(run):
+    """metrics-anomaly does not pad, and this replica runs on CPU and at-least-once: "no data", not 0."""
     assert run.panels["Padding efficiency", "{{service}} {{instance}}"].series == []
     for title, legend in (
         ("GPU memory", "used {{instance}}"),
         ("GPU memory", "total {{instance}}"),
         ("GPU utilisation", "{{service}} {{instance}}"),
+        ("Transactions (exactly-once)", "{{outcome}}"),
+        ("Transaction commit time and age", "open for"),
     ):
         assert run.panels[title, legend].series == [], title
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import msgspec
 import numpy as np
 
+from service.errors import TransactionAborted
 from service.flow.records import InputRecord, OutRecord, TopicPartition
 
 Coords = tuple[str, int, int]
@@ -149,6 +150,10 @@ class FakeSource:
         self.events.append(("store", dict(offsets)))
         self.stored.append(dict(offsets))
 
+    def rewind(self, offsets: dict[TopicPartition, int]) -> None:
+        """Records the seek; a script step after it plays what is read again."""
+        self.events.append(("rewind", dict(offsets)))
+
     def commit(self) -> bool:
         self.events.append(("commit",))
         return self.commit_ok
@@ -232,6 +237,58 @@ class FakeSink:
 
     def outputs(self, topic: str) -> list[OutRecord]:
         return [o for o in self.sent if o.topic == topic]
+
+
+class FakeTransactionalSink(FakeSink):
+    """A :class:`FakeSink` whose outputs go into transactions, on ``clock``: one opens with the first send
+    after the last commit or abort. ``fail_with``: the open transaction's deliveries failed (it can only
+    abort); ``abort_commits``: how many commits the broker answers with an abortable error."""
+
+    def __init__(self, events: list, clock, **policy) -> None:
+        super().__init__(events, **policy)
+        self.clock = clock
+        self.since: float | None = None
+        self.count = 0
+        self.fail_with: str | None = None
+        self.abort_commits = 0
+        self.committed: list[dict[TopicPartition, int]] = []
+        self.visible: list[OutRecord] = []  # what a read_committed reader sees
+        self._open: list[OutRecord] = []
+
+    def send(self, out: OutRecord) -> None:
+        if self.since is None:
+            self.since = self.clock()
+        self.count += 1
+        self._open.append(out)
+        super().send(out)
+
+    def opened(self) -> float | None:
+        return self.since
+
+    def records(self) -> int:
+        return self.count
+
+    def failing(self) -> str | None:
+        return self.fail_with
+
+    def commit(self, offsets: dict[TopicPartition, int]) -> None:
+        if self.fail_with is not None or self.abort_commits:
+            self.abort_commits = max(0, self.abort_commits - 1)
+            why = self.fail_with or "abortable"
+            self.abort()
+            raise TransactionAborted(why)
+        self.events.append(("txn_commit", dict(offsets)))
+        self.committed.append(dict(offsets))
+        self.visible += self._open
+        self._end()
+
+    def abort(self) -> None:
+        self.events.append(("txn_abort",))
+        self.unacked = []
+        self._end()
+
+    def _end(self) -> None:
+        self.since, self.count, self.fail_with, self._open = None, 0, None, []
 
 
 def _cuda_out_of_memory(rows: int) -> Exception:

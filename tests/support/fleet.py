@@ -89,8 +89,9 @@ class Fleet:
     settings: dict[str, str]
     instances: list[Instance] = field(default_factory=list)
 
-    def start(self) -> Instance:
-        service = start_service(self.log_dir, **self.settings)
+    def start(self, **extra: str) -> Instance:
+        """One more instance, with ``extra`` settings beside the fleet's (e.g. its own instance id)."""
+        service = start_service(self.log_dir, **(self.settings | extra))
         instance = Instance(f"i{len(self.instances)}", service, self.topic)
         self.instances.append(instance)
         return instance

@@ -35,6 +35,7 @@ from tests.support.fakes import (
     FakeEngine,
     FakeSink,
     FakeSource,
+    FakeTransactionalSink,
     Lost,
     Revoke,
     coords,
@@ -125,6 +126,7 @@ def rig(clock):
         make_processor: Callable[[ModelInfo], object] = FeaturesProcessor,
         input_format: str = "json",
         features: list[str] = FEATURES,
+        delivery: dict | None = None,
         **sink_policy,
     ) -> Rig:
         events: list = []
@@ -147,9 +149,15 @@ def rig(clock):
             }
             | (batch or {}),
             log={"stats_interval_s": 3600},
+            delivery=delivery or {},
         )
         source = FakeSource(script, clock, events, greedy=greedy)
-        sink = FakeSink(events, **sink_policy)
+        exactly_once = settings.delivery.guarantee == "exactly-once"
+        sink = (
+            FakeTransactionalSink(events, clock, **sink_policy)
+            if exactly_once
+            else FakeSink(events, **sink_policy)
+        )
         engine = engine or FakeEngine()
         info = ModelInfo(
             name=MODEL.name,
@@ -912,3 +920,36 @@ def test_a_bad_record_gets_its_own_dead_letter_and_its_siblings_their_results(ri
     assert dict(letter.headers)["source.index"] == b"1"
     assert dict(letter.headers)["error.reason"] == b"invalid_event"
     assert last_stored(r.events) == {P0: 1}
+
+
+# -- exactly-once -----------------------------------------------------------------------------------------
+
+EXACTLY_ONCE = {"guarantee": "exactly-once", "transaction_ms": 50}
+
+
+def test_exactly_once_commits_offsets_in_the_transaction_and_stores_none(rig, clock):
+    script = [[rec(0), rec(1), rec(0, partition=1)], At(clock.now + 0.2, [rec(2)])]
+    r = rig(script, max_size=2, max_wait_ms=10, delivery=EXACTLY_ONCE).run()
+    assert set(r.results()) == {(IN, 0, 0), (IN, 0, 1), (IN, 1, 0), (IN, 0, 2)}
+    assert "store" not in r.kinds() and "commit" not in r.kinds()
+    commits = r.sink.committed
+    assert len(commits) >= 2  # one when the first transaction was due, one at the stop
+    assert {**commits[0], **commits[-1]} == {P0: 3, P1: 1}
+    assert r.sink.visible == r.sink.sent
+
+
+def test_an_aborted_transaction_drops_what_the_loop_holds_and_reads_again_from_the_last_commit(rig, clock):
+    first = [rec(0), rec(1), rec(2), rec(3)]
+
+    def fail() -> None:
+        r.sink.fail_with = "delivery to out failed"
+
+    # 0-3 committed; then 4-5 sent and their transaction fails: the partition is read again from 4.
+    script = [first, At(clock.now + 0.2, [rec(4), rec(5)]), Do(fail), At(clock.now + 0.4, [rec(4), rec(5)])]
+    r = rig(script, max_size=2, max_wait_ms=10, delivery=EXACTLY_ONCE)
+    r.run()
+    assert ("rewind", {P0: 4}) in r.events
+    visible = Counter(coords(o.source) for o in r.sink.visible)
+    assert visible == Counter({(IN, 0, o): 1 for o in range(6)})
+    assert r.sink.committed[-1] == {P0: 6}
+    assert r.pipeline.in_flight == 0
