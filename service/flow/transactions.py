@@ -5,9 +5,11 @@ one": an offset goes into a transaction only when every output of every item up 
 inside it or before it (``flow.offsets``), so a transaction's offsets never run ahead of its outputs.
 Assembled rows keep their rule: offsets stop at the first message of a row still open.
 
-A transaction opens with the first output sent after the last commit and is committed once it is
-``interval_s`` old, or holds ``max_records`` records, or the loop commits (a revoke, the stop). Batches
-keep computing meanwhile: a commit waits only for the deliveries of what was sent.
+A transaction opens with the first output sent after the last commit. It is committed so that it is
+visible about ``interval_s`` after the oldest input it answers was consumed (that is, once that input
+waited ``interval_s`` less the time recent commits took), or sooner once it holds ``max_records``
+records, or when the loop commits (a revoke, the stop). Batches keep computing meanwhile: a commit waits
+only for the deliveries of what was sent.
 
 An aborted transaction (a delivery failed in it, the group moved on, a commit that could not complete)
 leaves nothing behind for ``read_committed`` readers: every owned partition is rewound to where its last
@@ -27,6 +29,8 @@ from service.flow.records import InputRecord, TopicPartition
 from service.flow.tracking import Tracked
 
 _log = structlog.get_logger("microbatch.transactions")
+
+_SMOOTHING = 0.2  # of the commit time: the weight of the latest commit
 
 
 class Transactions(Tracked):
@@ -53,6 +57,7 @@ class Transactions(Tracked):
         self._ready: dict[TopicPartition, int] = {}  # watermarks moved since the last commit
         self._ready_since: float | None = None  # when the first of them moved
         self._base: dict[TopicPartition, int] = {}  # where a rewind reads each owned partition from
+        self._commit_s = 0.0  # how long commits take, smoothed: a transaction is committed that early
 
     def _tracked(self, tp: TopicPartition, first: int) -> None:
         if tp not in self._base:  # first read since it was assigned: nothing of ours committed yet
@@ -70,7 +75,8 @@ class Transactions(Tracked):
         since = self._ready_since if opened is None else opened
         if since is None:
             return False
-        return self._clock() - since >= self._interval_s or self._sink.records() >= self._max_records
+        lead = min(self._commit_s, self._interval_s / 2)
+        return self._clock() - since >= self._interval_s - lead or self._sink.records() >= self._max_records
 
     def _fold(self, acked: Sequence[InputRecord]) -> None:
         moved = self._done(acked)
@@ -95,7 +101,9 @@ class Transactions(Tracked):
         except TransactionAborted as exc:
             self._telemetry.transaction(False, self._clock() - start, exc.fenced)
             raise self._rewound(str(exc), exc.fenced) from None
-        self._telemetry.transaction(True, self._clock() - start)
+        took = self._clock() - start
+        self._telemetry.transaction(True, took)
+        self._commit_s += _SMOOTHING * (took - self._commit_s)
         self._base.update(offsets)
         self._ready.clear()
         self._ready_since = None

@@ -16,10 +16,10 @@ cannot commit) and commits it. What differs from the plain sink:
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import partial
+from operator import attrgetter
 
 import structlog
 from confluent_kafka import KafkaError, KafkaException
@@ -48,6 +48,7 @@ _GROUP_MOVED_ON = {KafkaError.ILLEGAL_GENERATION, KafkaError.UNKNOWN_MEMBER_ID, 
 _TRIES = 3
 
 Key = tuple[str, str, int, int, int | None, bool]
+_RECEIVED = attrgetter("source.received")
 
 
 def _key(out: OutRecord) -> Key:
@@ -105,10 +106,11 @@ class TransactionalSink(Sink):
         """Send ``outs`` in the open transaction (opening one if none is)."""
         if self._replace:
             outs = self._replaced(outs)
-        if self._opened is None:
+        if self._opened is None and outs:
             with self._fencing():
                 self._producer.begin_transaction()
-            self._opened = time.monotonic()
+            # Its age counts from when the oldest input it answers was consumed.
+            self._opened = min(map(_RECEIVED, outs))
         self._records += len(outs)
         epoch = self._epoch
         Batch(outs, PRODUCED, partial(self._failed_in, epoch), partial(self._done_in, epoch)).produce_all(

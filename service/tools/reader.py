@@ -14,7 +14,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Top
 
 from service.config import private_values_of, redactor
 from service.errors import NotAuthorizedError, UnknownTopicError
-from service.flow.records import InputRecord
+from service.flow.records import Headers, InputRecord
 from service.kafka.lookup import Offsets
 from service.kafka.source import to_record
 from service.observability import logs
@@ -77,6 +77,8 @@ class Tail:
         self._thread = threading.Thread(target=self._follow, name="tail", daemon=True)
         self.read: dict[str, list[tuple[bytes | None, int]]] = {topic: [] for topic in topics}
         """Per topic, ``(value, read at ms)`` in the order read; appended to by the tail's thread only."""
+        self.headers: dict[str, list[Headers | None]] = {topic: [] for topic in topics}
+        """Per topic, each record's headers, in the order of :attr:`read`."""
         self.error: BaseException | None = None
 
     def start(self) -> None:
@@ -100,7 +102,11 @@ class Tail:
                 read_ms = time.time_ns() // 1_000_000  # as soon as the client handed them over
                 for msg in [first, *self._consumer.consume(500, 0)]:
                     if msg.error() is None:
-                        self.read[msg.topic() or ""].append((msg.value(), read_ms))
+                        topic = msg.topic() or ""
+                        # First: read's length says it is there. A consumed record's header values are
+                        # bytes (the stubs' wider type does not apply).
+                        self.headers[topic].append(msg.headers())  # type: ignore[arg-type]
+                        self.read[topic].append((msg.value(), read_ms))
         except BaseException as exc:  # kept for the caller: a thread has no one else to tell
             self.error = exc
 
@@ -136,6 +142,9 @@ def _reader(client_conf: ClientConf) -> Consumer:
         **client_conf,
         "group.id": f"{READER_GROUPS}{uuid.uuid4().hex}",  # never committed: no trace in the cluster
         "enable.auto.commit": False,
+        # Only what committed transactions wrote (exactly-once output), never what an aborted one did.
+        # librdkafka's default too, said here because every check of the output rests on it.
+        "isolation.level": "read_committed",
         # EOF events end a partition whose last offsets are no records (transaction markers).
         "enable.partition.eof": True,
     }

@@ -81,12 +81,18 @@ TLS_BOOTSTRAP = "kafka-bootstrap.kafka.svc:9093"
 @dataclass(frozen=True)
 class Variant:
     """An overlay, with the autoscaler component it includes, the security component added after that,
-    and the bootstrap servers its ConfigMap merges in (None: as committed)."""
+    the bootstrap servers its ConfigMap merges in (None: as committed), and the delivery component listed
+    last (``exactly-once``: the Deployment becomes a StatefulSet)."""
 
     overlay: str
     autoscaler: str = "keda"
     security: str | None = None
     bootstrap: str | None = None
+    delivery: str | None = None
+
+    @property
+    def workload(self) -> str:
+        return "StatefulSet" if self.delivery == "exactly-once" else "Deployment"
 
 
 VARIANTS = {
@@ -97,7 +103,10 @@ VARIANTS = {
     "cpu-sasl-ssl": Variant("cpu", security="kafka-sasl-ssl", bootstrap=TLS_BOOTSTRAP),
     "gpu-mtls": Variant("gpu", security="kafka-mtls", bootstrap=TLS_BOOTSTRAP),
     "cpu-hpa-mtls": Variant("cpu", "hpa", "kafka-mtls", TLS_BOOTSTRAP),
+    "cpu-exactly-once": Variant("cpu", delivery="exactly-once"),
+    "gpu-hpa-sasl-ssl-exactly-once": Variant("gpu", "hpa", "kafka-sasl-ssl", TLS_BOOTSTRAP, "exactly-once"),
 }
+EXACTLY_ONCE_VARIANTS = [name for name, v in VARIANTS.items() if v.delivery == "exactly-once"]
 KEDA_VARIANTS = [name for name, v in VARIANTS.items() if v.autoscaler == "keda"]
 SECURED_VARIANTS = [name for name, v in VARIANTS.items() if v.security]
 # The security protocol each security component sets.
@@ -160,7 +169,8 @@ class Manifests:
 
     @property
     def deployment(self) -> dict[str, Any]:
-        return self.one("Deployment")
+        """The service's workload: its Deployment, or the StatefulSet it becomes under exactly-once."""
+        return self.one(self.variant.workload)
 
     @property
     def pod(self) -> dict[str, Any]:
@@ -238,6 +248,8 @@ class Manifests:
                     assert ref.get("optional"), (
                         f"{var['name']}: no key {ref['key']!r}, the pod would not start"
                     )
+            elif source.get("fieldRef", {}).get("fieldPath") == "metadata.name":
+                env[var["name"]] = f"{self.deployment['metadata']['name']}-0"  # the first pod's name
             elif source.get("resourceFieldRef", {}).get("resource") == "limits.cpu":
                 ref = source["resourceFieldRef"]
                 cores = _cores(self.container["resources"]["limits"]["cpu"]) / _cores(ref.get("divisor", "1"))
@@ -263,6 +275,8 @@ def _customised(tree: Path, variant: Variant) -> Path:
     components = f"  - ../../components/{variant.autoscaler}\n"
     if variant.security:
         components += f"  - ../../components/{variant.security}\n"
+    if variant.delivery:
+        components += f"  - ../../components/{variant.delivery}\n"
     text = text.replace(keda, components)
     if variant.bootstrap:
         text = text.replace(
@@ -313,7 +327,7 @@ def render(tmp_path_factory: pytest.TempPathFactory) -> Callable[[Variant], Mani
                 directory = _customised(tree, variant)
                 if variant.security:
                     secret = _example_secret(kubectl, tree, variant.security)
-            cache[variant] = Manifests(variant, _kustomize(kubectl, directory), secret)
+            cache[variant] = Manifests(variant, _kustomize(kubectl, directory), secret, variant.workload)
         return cache[variant]
 
     return rendered
@@ -679,6 +693,10 @@ def test_grace_period_outlasts_the_drain(manifests: Manifests, settings: Setting
 def test_rollout_keeps_capacity_and_the_autoscaler_owns_replicas(manifests: Manifests):
     spec = manifests.deployment["spec"]
     assert "replicas" not in spec, "each apply would reset the autoscaler's replica count"
+    if manifests.variant.workload == "StatefulSet":  # no surge: a second pod of one name would be fenced
+        assert spec["updateStrategy"]["type"] == "RollingUpdate"
+        assert spec["podManagementPolicy"] == "Parallel"
+        return
     rolling = spec["strategy"]["rollingUpdate"]
     assert spec["strategy"]["type"] == "RollingUpdate"
     assert rolling["maxUnavailable"] in (0, "0%")
@@ -699,6 +717,20 @@ def test_replicas_spread_over_zones_and_nodes_and_drain_one_at_a_time(manifests:
     assert budget["maxUnavailable"] not in (0, "0%")
 
 
+@pytest.mark.parametrize("manifests", EXACTLY_ONCE_VARIANTS, indirect=True)
+def test_exactly_once_gives_each_replica_its_pod_name_for_transactions_and_static_membership(
+    manifests: Manifests, settings: Settings
+):
+    """The pod's name, stable under a StatefulSet, is both ids: a restarted replica aborts what it left
+    open at once and takes its own partitions back."""
+    assert settings.delivery.guarantee == "exactly-once"
+    env = {var["name"]: var.get("valueFrom", {}) for var in manifests.container["env"]}
+    for name in ("MICROBATCH_KAFKA__INSTANCE_ID", "MICROBATCH_KAFKA__GROUP_INSTANCE_ID"):
+        assert env[name] == {"fieldRef": {"fieldPath": "metadata.name"}}, name
+    assert manifests.of_kind("Deployment") == []
+    assert manifests.deployment["spec"]["serviceName"] == manifests.one("Service")["metadata"]["name"]
+
+
 # --- autoscaling ---------------------------------------------------------------------------------------
 
 
@@ -715,7 +747,7 @@ def test_exactly_one_autoscaler_targets_the_deployment_up_to_the_partition_count
         maximum, minimum = spec["maxReplicas"], spec["minReplicas"]
     target = spec["scaleTargetRef"]
     assert target["name"] == deployment
-    assert target.get("kind", "Deployment") == "Deployment"
+    assert target.get("kind", "Deployment") == manifests.variant.workload
     assert maximum == manifests.partitions, "replicas beyond the partition count sit idle"
     assert 1 <= minimum <= maximum
 

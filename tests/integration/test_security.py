@@ -118,6 +118,25 @@ def test_the_pipeline_runs_over_scram_and_tls_with_the_password_from_a_file(
         assert secret not in log
 
 
+def test_exactly_once_needs_write_and_describe_on_its_transactional_id_and_says_so(
+    tmp_path, secured, secured_topics, group_id
+):
+    """Without the transactional id's ACLs start-up stops (exit 3) naming them; granted, every input is
+    answered once and committed in transactions."""
+    settings = scram_settings(secured, tmp_path, delivery__guarantee="exactly-once", kafka__instance_id="r0")
+    topics = secured_topics
+    grant(secured.admin, f"User:{APP_USER}", read=[topics["in"]], write=[topics["out"], topics["dlq"]])
+    (tmp_path / "refused").mkdir()
+    refused = _start(tmp_path / "refused", topics, group_id, settings)
+    code = refused.proc.wait(timeout=90)
+    assert code == 3, refused.log()[-3000:]
+    assert (
+        f"not authorised to use transactional id '{group_id}.r0': grant WRITE and DESCRIBE" in refused.log()
+    )
+    grant(secured.admin, f"User:{APP_USER}", transactional_ids=[f"{group_id}.r0"])
+    _serve_all(tmp_path, secured, topics, group_id, f"User:{APP_USER}", settings)
+
+
 def test_the_pipeline_runs_over_mtls_with_the_key_passphrase_from_a_file(
     tmp_path, secured, secured_topics, group_id
 ):

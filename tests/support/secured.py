@@ -106,9 +106,11 @@ def grant(
     write: Iterable[str] = (),
     groups: Iterable[str] = (),
     group_prefixes: Iterable[str] = (),
+    transactional_ids: Iterable[str] = (),
 ) -> None:
     """The least the service needs, as ACLs on ``principal`` (``User:app``): READ and DESCRIBE on the
-    topics it reads, WRITE and DESCRIBE on those it writes, READ on its groups (and on groups by prefix)."""
+    topics it reads, WRITE and DESCRIBE on those it writes, READ on its groups (and on groups by prefix),
+    and, exactly-once, WRITE and DESCRIBE on its transactional ids."""
     read, write = list(read), list(write)
     for operation in (AclOperation.READ, AclOperation.DESCRIBE):
         allow(admin, principal, ResourceType.TOPIC, read, operation)
@@ -118,6 +120,8 @@ def grant(
     allow(
         admin, principal, ResourceType.GROUP, group_prefixes, AclOperation.READ, ResourcePatternType.PREFIXED
     )
+    for operation in (AclOperation.WRITE, AclOperation.DESCRIBE):
+        allow(admin, principal, ResourceType.TRANSACTIONAL_ID, transactional_ids, operation)
 
 
 def secret_file(folder: Path, name: str, secret: str) -> str:

@@ -16,10 +16,11 @@ from typing import Any
 
 import msgspec
 
+from service.flow.records import Headers
 from service.tools.harness.measure import Output
 from service.tools.harness.workload import Event
 from service.tools.produce import Deliveries
-from service.tools.reader import read_to_end
+from service.tools.reader import Tail, read_to_end
 
 SENT_HEADER = "bench.sent_us"
 
@@ -72,13 +73,25 @@ class _Value(msgspec.Struct):
 
 def read_outputs(client_conf: Mapping[str, Any], topic: str) -> list[Output]:
     """Every record of ``topic`` as an :class:`Output` (timestamp, send-time header, ``batch_size``)."""
-    decoder = msgspec.json.Decoder(_Value)
-    outputs = []
-    for record in read_to_end(client_conf, topic, timeout_s=120):
-        sent = next((v for k, v in record.headers or [] if k == SENT_HEADER), None)
-        try:
-            size = decoder.decode(record.value or b"").batch_size
-        except (msgspec.DecodeError, TypeError):
-            size = None
-        outputs.append(Output(record.timestamp_ms or 0, int(sent) if sent else None, size))
-    return outputs
+    records = read_to_end(client_conf, topic, timeout_s=120)
+    return [_output(r.value, r.headers, r.timestamp_ms or 0) for r in records]
+
+
+def seen_outputs(tail: Tail, topic: str) -> list[Output]:
+    """What ``tail`` read of ``topic``, each :class:`Output` stamped with the time it was read rather than
+    produced: when a ``read_committed`` reader could first see it (an exactly-once result becomes
+    visible at its transaction's commit, after it was produced)."""
+    read, headers = tail.read[topic], tail.headers[topic]
+    return [_output(value, head, read_ms) for (value, read_ms), head in zip(read, headers, strict=False)]
+
+
+_decoder = msgspec.json.Decoder(_Value)
+
+
+def _output(value: bytes | None, headers: Headers | None, timestamp_ms: int) -> Output:
+    sent = next((v for k, v in headers or [] if k == SENT_HEADER), None)
+    try:
+        size = _decoder.decode(value or b"").batch_size
+    except (msgspec.DecodeError, TypeError):
+        size = None
+    return Output(timestamp_ms, int(sent) if sent else None, size)

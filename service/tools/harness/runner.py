@@ -31,17 +31,19 @@ from typing import Any
 from tqdm import tqdm
 
 from service.backfill.plan import job_group
-from service.config import KafkaSettings, Settings
+from service.config import ENV_PREFIX, KafkaSettings, Settings
 from service.errors import BrokerUnavailableError
 from service.tools.harness import kafka_io, measure
 from service.tools.harness.process import Sampler, child_env
 from service.tools.harness.systems import Scenario, System
 from service.tools.harness.workload import cycle
 from service.tools.processes import Child, start
+from service.tools.reader import Tail
 from service.tools.topics import TopicAdmin, Watermarks
 
 FIRST_OUTPUT_TIMEOUT_S = 120.0  # start-up: imports, model load and warm-up, group join
 _STALL_TIMEOUT_S = 60.0  # no new output for this long: the system is stuck, stop waiting
+_TAIL_TIMEOUT_S = 60.0  # after the stop: until the live reader saw every output read back
 _EXIT_TIMEOUT_S = 60.0  # a system that ends by itself: from its last output to its exit (flush, commit)
 POLL_S = 0.5
 """How often the output counts are asked for while a system runs."""
@@ -162,10 +164,15 @@ class Harness:
         job = topics.input
         groups = [group, job_group(group, job)] if system.ends else [group]
         argv = [*system.argv, "--job", job] if system.ends else list(system.argv)
+        env = self.env(scenario, system, {"KAFKA__GROUP_ID": group, **_topic_env(topics)})
+        # Exactly-once results become visible at their transaction's commit, after they were produced:
+        # their latency is timed when a read_committed reader sees them, not by their timestamps.
+        tail = Tail(client_conf, [topics.output]) if rate and _exactly_once(env) else None
         try:
             if not rate:
                 sender.send(topics.input, events)
-            env = self.env(scenario, system, {"KAFKA__GROUP_ID": group, **_topic_env(topics)})
+            if tail is not None:
+                tail.start()
             log = f"{scenario.key}-{system.name}-{log_name or phase}.log"
             log_path = self.options.log_dir / self.run_id / log
             child = start(argv, env, log_path)
@@ -181,8 +188,13 @@ class Harness:
             finally:
                 exit_code = finish(child, system.ends and complete)
             outputs = kafka_io.read_outputs(client_conf, topics.output)
+            if tail is not None:
+                tail.wait_for(topics.output, len(outputs), _TAIL_TIMEOUT_S)
+                outputs_timed = kafka_io.seen_outputs(tail, topics.output)
             dead = counter.count(topics.dlq, parts)
         finally:
+            if tail is not None:
+                tail.stop()
             counter.close()
             self.admin.delete(topics.all())
             for name in groups:
@@ -193,7 +205,7 @@ class Harness:
             "exit_code": exit_code,
             "inputs": inputs,
             "outputs": len(outputs),
-            "measured": [o for o in outputs if (o.sent_us or 0) >= since_us],
+            "measured": [o for o in (outputs_timed if tail else outputs) if (o.sent_us or 0) >= since_us],
             "dead_letters": dead,
             "samples": sampler.samples,
             "high_water_bytes": sampler.high_water_bytes,
@@ -297,6 +309,10 @@ def finish(child: Child, ends: bool) -> int:
         with contextlib.suppress(subprocess.TimeoutExpired):
             child.proc.wait(timeout=_EXIT_TIMEOUT_S)
     return child.stop()
+
+
+def _exactly_once(env: dict[str, str]) -> bool:
+    return env.get(f"{ENV_PREFIX}DELIVERY__GUARANTEE") == "exactly-once"
 
 
 def _topic_env(topics: kafka_io.Topics) -> dict[str, str]:

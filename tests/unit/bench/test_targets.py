@@ -14,6 +14,7 @@ from bench.scenarios import (
     RAW_ORT_SORTED_AT_BACKFILL,
     SCENARIOS,
     SERVICE,
+    SERVICE_EXACTLY_ONCE,
     SERVICE_KNEE,
     SERVICE_LOOP_SIZE,
     Ratio,
@@ -210,7 +211,11 @@ def test_scenario_a_holds_the_defaults_and_the_pinned_knee_to_the_plain_loop():
     assert ratios[SERVICE, PLAIN] == 0.8
     assert ratios[PASSTHROUGH, PLAIN] is None  # what the service's transport costs: reported only
     assert not any(r.denominator == PASSTHROUGH for r in SCENARIOS["A"].ratios)
-    assert {r.numerator for r in SCENARIOS["B"].ratios} == {SERVICE, BACKFILL}
+    assert {r.numerator for r in SCENARIOS["B"].ratios} == {SERVICE, BACKFILL, SERVICE_EXACTLY_ONCE}
+    for key in "AB":  # exactly-once drains at 0.8x at-least-once at least
+        assert {(r.numerator, r.denominator): r.minimum for r in SCENARIOS[key].ratios}[
+            SERVICE_EXACTLY_ONCE, SERVICE
+        ] == 0.8
     assert (
         dict(((r.numerator, r.denominator), r.minimum) for r in SCENARIOS["B"].ratios)[
             SERVICE, "raw-ort-sorted"
