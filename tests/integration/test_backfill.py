@@ -48,9 +48,12 @@ def commit_offsets(bootstrap: str, group: str, topic: str, offsets: dict[int, in
         consumer.close()
 
 
+@pytest.mark.parametrize("guarantee", ["at-least-once", "exactly-once"])
 def test_a_time_range_is_rescored_resumable_and_the_live_group_is_untouched(
-    tmp_path, kafka_bootstrap, topics, group_id
+    tmp_path, kafka_bootstrap, topics, group_id, guarantee
 ):
+    """Exactly-once: the job's offsets, each with the range as its metadata, are committed inside its
+    transactions, so the rerun finds the range done just the same."""
     conf = {"bootstrap.servers": kafka_bootstrap}
     now_ms = datetime.now(UTC).timestamp() * 1000
     eras = [int(now_ms) - (3 - k) * HOUR_MS for k in range(3)]  # 3 h, 2 h and 1 h ago
@@ -60,8 +63,9 @@ def test_a_time_range_is_rescored_resumable_and_the_live_group_is_untouched(
     commit_offsets(kafka_bootstrap, group_id, topics["in"], live)
 
     first, last = iso(eras[1]), iso(eras[2])  # the middle era: [2 h ago, 1 h ago)
+    delivery = {"kafka__group_id": group_id, "delivery__guarantee": guarantee}
     job = start_backfill(
-        tmp_path, kafka_bootstrap, topics, "middle", "--from", first, "--to", last, kafka__group_id=group_id
+        tmp_path, kafka_bootstrap, topics, "middle", "--from", first, "--to", last, **delivery
     )
     assert job.proc.wait(timeout=120) == 0, job.log()[-3000:]
     summary = summary_of(job)
@@ -94,13 +98,19 @@ def test_a_time_range_is_rescored_resumable_and_the_live_group_is_untouched(
 
     # The same job again, with the default bounds (the whole topic): its commits record the range it
     # covered, so it has nothing left to do, says its flags were not used, and produces nothing.
-    again = start_backfill(tmp_path, kafka_bootstrap, topics, "middle", kafka__group_id=group_id)
+    written = _output_end(conf, topics["out"])  # exactly-once: the results and the commit markers
+    again = start_backfill(tmp_path, kafka_bootstrap, topics, "middle", **delivery)
     assert again.proc.wait(timeout=120) == 0, again.log()[-3000:]
     assert summary_of(again)["events"] == 0
     assert again.events("backfill_nothing_to_do")
     assert len(again.events("backfill_range_of_the_job")[0]["partitions"]) == SERVICE_PARTITIONS
+    assert _output_end(conf, topics["out"]) == written >= PER_ERA
+
+
+def _output_end(conf: dict[str, str], topic: str) -> int:
+    """Offsets written to ``topic`` so far, over its partitions."""
     with offsets_lookup(conf) as lookup:
-        assert sum(lookup.watermarks((topics["out"], p))[1] for p in range(SERVICE_PARTITIONS)) == PER_ERA
+        return sum(lookup.watermarks((topic, p))[1] for p in range(SERVICE_PARTITIONS))
 
 
 def test_partitions_split_over_two_processes_and_transaction_markers_end_them(
