@@ -70,8 +70,12 @@ class TransactionalSinkLike(SinkLike, Protocol):
     sent after the last commit or abort."""
 
     def opened(self) -> float | None:
+        """When the open transaction began (``time.monotonic``); None while none is open."""
+        ...
+
+    def oldest(self) -> float:
         """When the oldest input answered in the open transaction was consumed (``time.monotonic``, as
-        ``InputRecord.received``); None while none is open."""
+        ``InputRecord.received``); only while one is open."""
         ...
 
     def records(self) -> int:

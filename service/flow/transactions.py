@@ -7,7 +7,8 @@ Assembled rows keep their rule: offsets stop at the first message of a row still
 
 A transaction opens with the first output sent after the last commit. It is committed so that it is
 visible about ``interval_s`` after the oldest input it answers was consumed (that is, once that input
-waited ``interval_s`` less the time recent commits took), or sooner once it holds ``max_records``
+waited ``interval_s`` less the time recent commits took, but not before half an interval after it
+opened), or sooner once it holds ``max_records``
 records, or when the loop commits (a revoke, the stop). Batches keep computing meanwhile: a commit waits
 only for the deliveries of what was sent.
 
@@ -72,7 +73,12 @@ class Transactions(Tracked):
 
     def _due(self) -> bool:
         opened = self._sink.opened()
-        since = self._ready_since if opened is None else opened
+        if opened is None:
+            since = self._ready_since
+        else:
+            # Its oldest input's wait; but an input that waited long before its output was sent (an
+            # assembled row's first message) must not make every transaction due as it opens.
+            since = max(self._sink.oldest(), opened - self._interval_s / 2)
         if since is None:
             return False
         lead = min(self._commit_s, self._interval_s / 2)

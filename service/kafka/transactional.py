@@ -16,6 +16,7 @@ cannot commit) and commits it. What differs from the plain sink:
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import partial
@@ -78,6 +79,7 @@ class TransactionalSink(Sink):
         self._dlq_topic = dlq_topic
         self._timeout_s = timeout_s
         self._opened: float | None = None
+        self._oldest = 0.0
         self._records = 0
         self._epoch = 0  # one per transaction: reports of an aborted one are ignored
         self._failing: str | None = None
@@ -109,8 +111,8 @@ class TransactionalSink(Sink):
         if self._opened is None and outs:
             with self._fencing():
                 self._producer.begin_transaction()
-            # Its age counts from when the oldest input it answers was consumed.
-            self._opened = min(map(_RECEIVED, outs))
+            self._opened = time.monotonic()
+            self._oldest = min(map(_RECEIVED, outs))
         self._records += len(outs)
         epoch = self._epoch
         Batch(outs, PRODUCED, partial(self._failed_in, epoch), partial(self._done_in, epoch)).produce_all(
@@ -127,6 +129,9 @@ class TransactionalSink(Sink):
 
     def opened(self) -> float | None:
         return self._opened
+
+    def oldest(self) -> float:
+        return self._oldest
 
     def records(self) -> int:
         return self._records

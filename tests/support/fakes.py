@@ -248,6 +248,7 @@ class FakeTransactionalSink(FakeSink):
         super().__init__(events, **policy)
         self.clock = clock
         self.since: float | None = None
+        self.first = 0.0
         self.count = 0
         self.fail_with: str | None = None
         self.abort_commits = 0
@@ -257,13 +258,16 @@ class FakeTransactionalSink(FakeSink):
 
     def send(self, out: OutRecord) -> None:
         if self.since is None:
-            self.since = self.clock()
+            self.since, self.first = self.clock(), out.source.received
         self.count += 1
         self._open.append(out)
         super().send(out)
 
     def opened(self) -> float | None:
         return self.since
+
+    def oldest(self) -> float:
+        return self.first
 
     def records(self) -> int:
         return self.count

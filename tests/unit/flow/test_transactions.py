@@ -28,8 +28,11 @@ class Told:
         self.transactions.append((committed, fenced))
 
 
+START = FakeClock().now  # records are consumed when the fixture's clock starts
+
+
 def rec(offset: int, partition: int = 0) -> InputRecord:
-    return InputRecord(IN, partition, offset, None, b"{}", None, None, 0.0)
+    return InputRecord(IN, partition, offset, None, b"{}", None, None, START)
 
 
 def out(record: InputRecord) -> OutRecord:
@@ -161,3 +164,17 @@ def test_a_revoked_partitions_offsets_never_go_in_a_later_transaction(parts):
     consume(txns, sink, rec(1))
     assert txns.commit()
     assert sink.committed == [{P0: 2}]
+
+
+def test_an_input_that_waited_long_before_its_output_opens_no_transaction_due_at_once(parts):
+    """An assembled row's first message may have waited its whole window: its transaction still gathers
+    for half an interval."""
+    txns, sink, clock, _events, _told = parts
+    old = InputRecord(IN, 0, 0, None, b"{}", None, None, clock() - 30.0)
+    txns.track([old])
+    sink.send_all([out(old)])
+    txns.poll()
+    assert sink.committed == []
+    clock.advance(0.06)
+    txns.poll()
+    assert sink.committed == [{P0: 1}]
