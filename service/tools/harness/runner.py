@@ -86,6 +86,9 @@ class Harness:
         self.sizes: dict[tuple[str, str], int] = {}
         """Per scenario and system: the batch size it measured at warm-up (the defaults row's drain ceiling,
         the backfill's batch size); the rows pinned to it (``pin_to``) run at that size."""
+        self.seen_latency = False
+        """Time every latency run's results when a read_committed reader sees them (exactly-once runs
+        always are), not when they were produced: to compare the two guarantees on one footing."""
 
     def check_broker(self) -> None:
         try:
@@ -167,12 +170,10 @@ class Harness:
         env = self.env(scenario, system, {"KAFKA__GROUP_ID": group, **_topic_env(topics)})
         # Exactly-once results become visible at their transaction's commit, after they were produced:
         # their latency is timed when a read_committed reader sees them, not by their timestamps.
-        tail = Tail(client_conf, [topics.output]) if rate and _exactly_once(env) else None
+        tail = self._tail(env, client_conf, topics.output) if rate else None
         try:
             if not rate:
                 sender.send(topics.input, events)
-            if tail is not None:
-                tail.start()
             log = f"{scenario.key}-{system.name}-{log_name or phase}.log"
             log_path = self.options.log_dir / self.run_id / log
             child = start(argv, env, log_path)
@@ -188,9 +189,7 @@ class Harness:
             finally:
                 exit_code = finish(child, system.ends and complete)
             outputs = kafka_io.read_outputs(client_conf, topics.output)
-            if tail is not None:
-                tail.wait_for(topics.output, len(outputs), _TAIL_TIMEOUT_S)
-                outputs_timed = kafka_io.seen_outputs(tail, topics.output)
+            timed = outputs if tail is None else _seen(tail, topics.output, len(outputs))
             dead = counter.count(topics.dlq, parts)
         finally:
             if tail is not None:
@@ -205,13 +204,23 @@ class Harness:
             "exit_code": exit_code,
             "inputs": inputs,
             "outputs": len(outputs),
-            "measured": [o for o in (outputs_timed if tail else outputs) if (o.sent_us or 0) >= since_us],
+            "measured": [o for o in timed if (o.sent_us or 0) >= since_us],
             "dead_letters": dead,
             "samples": sampler.samples,
             "high_water_bytes": sampler.high_water_bytes,
             "sending_s": sending,
             "child": child,
         }
+
+    def _tail(self, env: dict[str, str], client_conf: dict[str, Any], topic: str) -> Tail | None:
+        """A reader following ``topic`` live (started), when the run's results are timed as seen:
+        exactly-once runs (their results become visible at their transaction's commit, after they were
+        produced), or every run with :attr:`seen_latency`."""
+        if not (self.seen_latency or _exactly_once(env)):
+            return None
+        tail = Tail(client_conf, [topic])
+        tail.start()
+        return tail
 
     def _warm_up(
         self,
@@ -309,6 +318,12 @@ def finish(child: Child, ends: bool) -> int:
         with contextlib.suppress(subprocess.TimeoutExpired):
             child.proc.wait(timeout=_EXIT_TIMEOUT_S)
     return child.stop()
+
+
+def _seen(tail: Tail, topic: str, count: int) -> list[measure.Output]:
+    """The outputs ``tail`` read of ``topic``, timed when read, once it read ``count`` (or gave up)."""
+    tail.wait_for(topic, count, _TAIL_TIMEOUT_S)
+    return kafka_io.seen_outputs(tail, topic)
 
 
 def _exactly_once(env: dict[str, str]) -> bool:
