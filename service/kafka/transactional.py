@@ -42,8 +42,9 @@ from service.kafka.sink import PRODUCED, REFUSED, Sink
 
 _log = structlog.get_logger("microbatch.sink")
 
-# The producer was fenced: a newer one registered the same transactional id.
-_FENCED = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
+# The producer was fenced: a newer one registered the same transactional id. (An old epoch alone,
+# INVALID_PRODUCER_EPOCH, can follow a coordinator's failover too: librdkafka tells the fence as _FENCED.)
+_FENCED = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED}
 # The offsets' group metadata is stale: the group rebalanced and moved on (KIP-447's zombie fencing).
 _GROUP_MOVED_ON = {KafkaError.ILLEGAL_GENERATION, KafkaError.UNKNOWN_MEMBER_ID, KafkaError.FENCED_INSTANCE_ID}
 _TRIES = 3
