@@ -110,8 +110,7 @@ class TransactionalSink(Sink):
         if self._replace:
             outs = self._replaced(outs)
         if self._opened is None and outs:
-            with self._fencing():
-                self._producer.begin_transaction()
+            self._begin()
             self._opened = time.monotonic()
             self._oldest = min(map(_RECEIVED, outs))
         self._records += len(outs)
@@ -147,8 +146,7 @@ class TransactionalSink(Sink):
             self.abort()
             raise TransactionAborted(why)
         if self._opened is None:
-            with self._fencing():
-                self._producer.begin_transaction()
+            self._begin()
         try:
             if offsets:
                 parts, group = self._offsets_of(offsets)
@@ -159,6 +157,10 @@ class TransactionalSink(Sink):
             raise TransactionAborted(abort.why, fenced=abort.fenced) from None
         self._ended()
         self._replace.clear()
+
+    def _begin(self) -> None:
+        with self._fencing():
+            self._producer.begin_transaction()
 
     def abort(self) -> None:
         """Abort the open transaction (its queued records are purged, none becomes visible)."""
