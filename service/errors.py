@@ -12,6 +12,7 @@ The tree, with each class's exit code (the CLI exits with ``type(error).exit_cod
     ├── CouldNotCheckError          4  verify could not read what it checks (a permission it lacks)
     ├── FatalKafkaError             1  librdkafka reported a fatal error; keeps its error code
     │   └── FencedError             5  another live instance took this one's transactional id
+    ├── StalledError                6  a client call blocked past its own timeout: the process exits
     ├── EngineFailedError           1  the model fails on a known-good sample: the runtime is broken
     ├── BatchMismatchError          1  a processor or model broke one-result-per-input
     ├── OffsetOrderError            1  an offset went backwards without a rebalance
@@ -128,6 +129,21 @@ class FencedError(FatalKafkaError):
     (exit 5), and say which setting gives each replica an id of its own."""
 
     exit_code = 5
+
+
+class StalledError(MicrobatchError):
+    """A Kafka client call blocked well past its own timeout (a client fault: a coordinator's node died
+    and librdkafka waits for it for good). Never raised: the thread is stuck in C, so
+    :class:`service.kafka.stall.Stall` exits the process with this code from a timer (exit 6), for the
+    orchestrator to restart it; under exactly-once the restart aborts what was open."""
+
+    exit_code = 6
+
+    def __init__(self, call: str, waited_s: float) -> None:
+        super().__init__(
+            f"stalled: the Kafka client's {call} has not returned after {waited_s:g}s (its timeout "
+            f"passed); exiting so that a restart resumes from the last commit"
+        )
 
 
 class TransactionAborted(MicrobatchError):

@@ -65,7 +65,9 @@ class OutputSettings(Section):
     topic: TopicName = "microbatch-results"
     """The topic results are produced to, one per input item."""
     flush_timeout_s: float = Field(30.0, gt=0)
-    """The longest wait for outstanding deliveries at a partition revoke and at shutdown, in seconds."""
+    """The longest wait for outstanding deliveries at a partition revoke and at shutdown, in seconds;
+    exactly-once, also for a transaction's deliveries before its commit (still outstanding then, it is
+    aborted) and for each call to the transaction coordinator (10 s past it, the process exits 6)."""
     include_fields: CsvList = Field(default_factory=list)
     """Input fields (dotted paths) copied into each result's ``fields``, so an alert says where it came
     from: ``host,resource.service.name,severity_text``."""

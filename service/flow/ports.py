@@ -88,7 +88,8 @@ class TransactionalSinkLike(SinkLike, Protocol):
 
     def commit(self, offsets: dict[TopicPartition, int]) -> None:
         """Put ``offsets`` (the next to read of each partition) in the open transaction (opening one if
-        none is) and commit it. Raises TransactionAborted once it had to be aborted instead, FencedError
+        none is) and commit it, unless an output sent in it is not acknowledged yet (the caller flushes
+        first). Raises TransactionAborted once it had to be aborted instead, FencedError
         when another instance took this one's transactional id, FatalKafkaError on another fatal error."""
         ...
 

@@ -12,6 +12,8 @@ cannot commit) and commits it. What differs from the plain sink:
   times), abortable ones abort (:class:`service.errors.TransactionAborted`), and fatal ones stop the
   service; being fenced by a newer producer with the same transactional id is
   :class:`service.errors.FencedError` (exit 5), naming the setting that tells replicas apart.
+- Every call to the transaction coordinator is guarded (:class:`service.kafka.stall.Stall`): one that
+  blocks well past its own timeout ends the process (exit 6) rather than the loop standing still.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from service.flow.records import InputRecord, OutRecord, TopicPartition
 from service.kafka.delivery import Batch
 from service.kafka.hooks import NO_HOOKS, ClientHooks
 from service.kafka.sink import PRODUCED, REFUSED, Sink
+from service.kafka.stall import Stall
 
 _log = structlog.get_logger("microbatch.sink")
 
@@ -63,7 +66,8 @@ def _key(out: OutRecord) -> Key:
 class TransactionalSink(Sink):
     """``offsets_of(offsets)``: the consumer's offsets as the producer sends them, with the group's
     metadata; ``dlq_topic``: where a result the broker
-    refused goes instead; ``timeout_s``: the longest a transactional call may block."""
+    refused goes instead; ``timeout_s``: the longest a transactional call may block; ``stall``: what ends
+    the process when one blocks past that anyway."""
 
     def __init__(
         self,
@@ -72,6 +76,7 @@ class TransactionalSink(Sink):
         dlq_topic: str,
         timeout_s: float,
         hooks: ClientHooks = NO_HOOKS,
+        stall: Stall | None = None,
     ) -> None:
         super().__init__(settings, hooks, transactional=True)
         self._id = settings.transactional_id()
@@ -79,10 +84,12 @@ class TransactionalSink(Sink):
         self._offsets_of = offsets_of
         self._dlq_topic = dlq_topic
         self._timeout_s = timeout_s
+        self._stall = stall or Stall()
         self._opened: float | None = None
         self._oldest = 0.0
         self._records = 0
         self._epoch = 0  # one per transaction: reports of an aborted one are ignored
+        self._unreported = 0  # batches sent in the open transaction whose reports are not all in
         self._failing: str | None = None
         self._replace: dict[Key, str] = {}  # outputs refused for good -> why, until sent instead
 
@@ -91,7 +98,8 @@ class TransactionalSink(Sink):
         same id left open (and fencing it, if it still runs). Raises BrokerUnavailableError when the
         coordinator does not answer in time, NotAuthorizedError without WRITE on the id."""
         try:
-            self._producer.init_transactions(timeout_s)
+            with self._stall.guard("init_transactions", timeout_s):
+                self._producer.init_transactions(timeout_s)
         except KafkaException as exc:
             err: KafkaError = exc.args[0]
             if err.code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
@@ -114,6 +122,8 @@ class TransactionalSink(Sink):
             self._opened = time.monotonic()
             self._oldest = min(map(_RECEIVED, outs))
         self._records += len(outs)
+        if outs:
+            self._unreported += 1
         epoch = self._epoch
         Batch(outs, PRODUCED, partial(self._failed_in, epoch), partial(self._done_in, epoch)).produce_all(
             self._producer
@@ -140,7 +150,14 @@ class TransactionalSink(Sink):
         return self._failing
 
     def commit(self, offsets: dict[TopicPartition, int]) -> None:
-        """Put ``offsets`` in the open transaction and commit it (see ``ports.TransactionalSinkLike``)."""
+        """Put ``offsets`` in the open transaction and commit it (see ``ports.TransactionalSinkLike``).
+        A transaction with outputs not acknowledged yet (the caller's flush timed out) is aborted instead:
+        committed, they would be visible while their inputs' offsets, which only acknowledged outputs
+        complete, stayed behind, to be read and answered again."""
+        if self._failing is None and self._unreported:
+            self._failing = (
+                f"outputs not acknowledged within {self._timeout_s:g}s ({self._unreported} batches)"
+            )
         if self._failing is not None:
             why, self._failing = self._failing, None
             self.abort()
@@ -150,8 +167,11 @@ class TransactionalSink(Sink):
         try:
             if offsets:
                 parts, group = self._offsets_of(offsets)
-                self._call(lambda: self._producer.send_offsets_to_transaction(parts, group, self._timeout_s))
-            self._call(lambda: self._producer.commit_transaction(self._timeout_s))
+                self._call(
+                    "send_offsets_to_transaction",
+                    lambda: self._producer.send_offsets_to_transaction(parts, group, self._timeout_s),
+                )
+            self._call("commit_transaction", lambda: self._producer.commit_transaction(self._timeout_s))
         except _Abort as abort:
             self.abort()
             raise TransactionAborted(abort.why, fenced=abort.fenced) from None
@@ -166,24 +186,26 @@ class TransactionalSink(Sink):
         """Abort the open transaction (its queued records are purged, none becomes visible)."""
         if self._opened is not None or self._failing is not None:
             try:
-                self._call(lambda: self._producer.abort_transaction(self._timeout_s))
+                self._call("abort_transaction", lambda: self._producer.abort_transaction(self._timeout_s))
             except _Abort as abort:  # an abort that cannot complete leaves nothing to go on with
                 raise FatalKafkaError("producer", 0, "abort_failed", abort.why) from None
         self._ended()
 
     def _ended(self) -> None:
         self._epoch += 1
+        self._unreported = 0
         self._done = []
         self._opened = None
         self._records = 0
         self._failing = None
 
-    def _call(self, call: Callable[[], None]) -> None:
-        """A transactional call: retriable errors tried again (up to ``_TRIES`` in all), abortable ones
-        raised as ``_Abort``, fatal ones as FencedError or FatalKafkaError."""
+    def _call(self, name: str, call: Callable[[], None]) -> None:
+        """A transactional call (``name``, each try guarded against a stall): retriable errors tried again
+        (up to ``_TRIES`` in all), abortable ones raised as ``_Abort``, fatal ones as FencedError or
+        FatalKafkaError."""
         for tries in range(1, _TRIES + 1):
             try:
-                with self._fencing():
+                with self._fencing(), self._stall.guard(name, self._timeout_s):
                     call()
                 return
             except KafkaException as exc:
@@ -242,6 +264,7 @@ class TransactionalSink(Sink):
 
     def _done_in(self, epoch: int, batch: Batch[OutRecord]) -> None:
         if epoch == self._epoch:
+            self._unreported -= 1
             self._done.append(batch)
 
     def _failed_in(self, epoch: int, out: OutRecord, err: KafkaError) -> None:

@@ -8,8 +8,9 @@ import signal
 import subprocess
 import sys
 import uuid
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +24,12 @@ STOP_TIMEOUT_S = 60.0
 
 @dataclass
 class Child:
-    """A started process and its log file (stdout and stderr together)."""
+    """A started process and its log file (stdout and stderr together); ``launch(mode)`` starts the same
+    command again, its log file opened with ``mode`` (``"ab"``: appended), for whoever restarts it."""
 
     proc: subprocess.Popen[bytes]
     log_path: Path
+    launch: Callable[[str], subprocess.Popen[bytes]] | None = field(default=None, repr=False)
 
     @property
     def pid(self) -> int:
@@ -77,16 +80,17 @@ def start(
 ) -> Child:
     """``python -m <argv>`` with exactly ``env``, logging to ``log_path``."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", *argv],
-            env=dict(env),
-            cwd=cwd,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
+    launch = partial(_launch, [sys.executable, "-m", *argv], dict(env), cwd, log_path)
+    return Child(launch("wb"), log_path, launch)
+
+
+def _launch(
+    command: list[str], env: dict[str, str], cwd: Path | None, log_path: Path, mode: str
+) -> subprocess.Popen[bytes]:
+    with log_path.open(mode) as log:
+        return subprocess.Popen(
+            command, env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
         )
-    return Child(proc, log_path)
 
 
 def settings_env(

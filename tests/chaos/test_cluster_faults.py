@@ -16,6 +16,7 @@ on.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -26,10 +27,12 @@ from typing import Any, TypeVar
 import pytest
 from confluent_kafka import KafkaException
 
+from service.errors import StalledError
 from service.tools.processes import Child
 from service.tools.topics import TopicAdmin
 from service.tools.verify import verify
 from tests.support.broker import Cluster, FaultBroker, MakeTopic
+from tests.support.fleet import log_time_ms
 from tests.support.harness import metrics_events, wait_for
 from tests.support.streams import (
     LogWatch,
@@ -43,6 +46,7 @@ from tests.support.streams import (
     stream_topics,
     tail,
 )
+from tests.support.supervise import Supervised
 
 T = TypeVar("T")
 
@@ -245,15 +249,22 @@ def _scenario(
     group: str,
     seed: int,
     faults: Callable[[Run], list[Fault]],
-) -> None:
-    """A service on a stream of RATE events/s; ``faults`` once it commits; then the stream stops and
-    everything must be answered: nothing lost, duplicates within :func:`_bound`."""
+    bound: Callable[[list[Fault]], int] = _bound,
+    restart_on: frozenset[int] = frozenset(),
+    **settings: str,
+) -> Supervised:
+    """A service (with ``settings``, restarted when it exits with a code in ``restart_on``) on a stream of
+    RATE events/s; ``faults`` once it commits; then the stream stops and everything must be answered:
+    nothing lost, duplicates within ``bound``. Returns the service, stopped."""
     cluster.wait_healed(HEAL_TIMEOUT_S)
     topics = stream_topics(topic_factory)
     bootstrap = cluster.bootstrap
     stream = StreamProducer(bootstrap, topics["in"], metrics_events(MAX_EVENTS, seed=seed), RATE)
-    service = start_streamed(
-        tmp_path, bootstrap, group, topics, kafka__session_timeout_ms=str(SESSION_TIMEOUT_MS)
+    service = Supervised(
+        start_streamed(
+            tmp_path, bootstrap, group, topics, kafka__session_timeout_ms=str(SESSION_TIMEOUT_MS), **settings
+        ),
+        restart_on,
     )
     logs = LogWatch(service)
     t0 = time.monotonic()
@@ -287,7 +298,7 @@ def _scenario(
             cluster.restore()  # never leave a node frozen or down for the next test
         code = stop_service(service)
     assert code == 0, tail(service)
-    assert len(logs.events("started")) == 1, "the service started more than once"
+    assert len(logs.events("started")) == 1 + len(service.exits), "the service started more than once"
     report = verify({"bootstrap.servers": bootstrap}, topics["in"], topics["out"], topics["dlq"])
     print(
         f"\nproduced={produced} first_commits_after_s={first_commits_s:.1f} "
@@ -295,11 +306,13 @@ def _scenario(
         f"partitions_lost={len(logs.events('partitions_lost'))} "
         f"partitions_revoked={len(logs.events('partitions_revoked'))} "
         f"delivery_failed={len(logs.events('delivery_failed'))} "
-        f"bound={_bound(measured)}"
+        f"transactions_aborted={len(logs.events('transaction_aborted'))} "
+        f"restarted_after={service.exits} bound={bound(measured)}"
     )
     # The test's own producer is not idempotent: a retry across a leader change may write an input twice.
     assert report.total("inputs") >= produced
-    check_report(report, _bound(measured))
+    check_report(report, bound(measured))
+    return service
 
 
 # -- the faults ----------------------------------------------------------------------------------------
@@ -358,3 +371,81 @@ def test_leader_frozen_30s_mid_stream(tmp_path, kafka_cluster, cluster_topic_fac
         return [fault]
 
     _scenario(tmp_path, kafka_cluster, cluster_topic_factory, group_id, 53, freeze)
+
+
+_NAMED_COORDINATOR = re.compile(r"TxnCoordinator/(\d+)")
+
+
+def _transaction_coordinator(cluster: Cluster, transactional_id: str) -> int | None:
+    """The node coordinating ``transactional_id``: the leader of its partition of the transaction state
+    log, which the broker picks as ``Utils.abs(transactionalId.hashCode) % partitions``."""
+    leaders = cluster.leaders("__transaction_state")
+    if not leaders:
+        return None
+    code = _java_hash(transactional_id)
+    leader = leaders[(0 if code == -(2**31) else abs(code)) % len(leaders)]  # Kafka's Utils.abs
+    return leader if leader >= 0 else None
+
+
+def _java_hash(text: str) -> int:
+    """Java's ``String.hashCode``: a signed 32-bit int over the UTF-16 code units."""
+    units = text.encode("utf-16-be")
+    code = 0
+    for i in range(0, len(units), 2):
+        code = (31 * code + int.from_bytes(units[i : i + 2], "big")) & 0xFFFFFFFF
+    return code - (1 << 32) if code >= 1 << 31 else code
+
+
+@pytest.mark.timeout(360)
+def test_exactly_once_with_the_transaction_coordinator_sigkilled_mid_stream(
+    tmp_path, kafka_cluster, cluster_topic_factory, group_id
+):
+    """Exactly-once: SIGKILL the node coordinating the service's transactions. Its transaction state
+    partition moves to another node (RF 3, min ISR 2), which completes or aborts what was in flight;
+    every input is answered, none twice. The client's own debug lines confirm which node coordinated.
+
+    librdkafka 2.16 sometimes never returns from ``send_offsets_to_transaction`` after such a kill
+    (confluentinc/librdkafka#5456, #5511): the service then exits 6 once the call is ``GRACE_S`` past
+    its timeout, and is restarted here as the kubelet would, under the same instance id and static
+    member id, which aborts the transaction it left open. Any other exit fails the test."""
+    struck: list[int] = []
+
+    def kill_the_coordinator(run: Run) -> list[Fault]:
+        node = _answer(
+            lambda: _transaction_coordinator(run.cluster, f"{run.group}.eos"), "the transaction coordinator"
+        )
+        struck.append(node)
+        struck.append(time.time_ns() // 1_000_000)
+        fault = run.strike(node, FaultBroker.kill)
+        run.moved(fault)
+        run.back(fault, start=True)
+        run.caught_up(fault)
+        return [fault]
+
+    service = _scenario(
+        tmp_path,
+        kafka_cluster,
+        cluster_topic_factory,
+        group_id,
+        53,
+        kill_the_coordinator,
+        lambda _faults: 0,
+        frozenset({StalledError.exit_code}),
+        delivery__guarantee="exactly-once",
+        kafka__instance_id="eos",
+        kafka__group_instance_id="eos",
+        output__flush_timeout_s="10",  # the transactional calls' timeout: a stall shows 10 s + GRACE_S on
+        kafka__extra='{"debug": "eos"}',
+        log__level="debug",
+    )
+    # The struck node was the coordinator the client was talking to: the last one its debug lines name
+    # before the kill (they are sampled, and a process that stalls may not say it went down).
+    node, at_ms = struck
+    named = [
+        int(match.group(1))
+        for event in service.log_lines()
+        if log_time_ms(event) < at_ms and (match := _NAMED_COORDINATOR.search(event.get("event", "")))
+    ]
+    assert named and named[-1] == node, f"node {node} was not the transaction coordinator: {named[-5:]}"
+    stalls = service.events("client_call_stalled")
+    assert len(stalls) == len(service.exits), (stalls, service.exits)

@@ -242,7 +242,8 @@ class FakeSink:
 class FakeTransactionalSink(FakeSink):
     """A :class:`FakeSink` whose outputs go into transactions, on ``clock``: one opens with the first send
     after the last commit or abort. ``fail_with``: the open transaction's deliveries failed (it can only
-    abort); ``abort_commits``: how many commits the broker answers with an abortable error."""
+    abort; so it does with an output not acknowledged at the commit); ``abort_commits``: how many
+    commits the broker answers with an abortable error."""
 
     def __init__(self, events: list, clock, **policy) -> None:
         super().__init__(events, **policy)
@@ -276,6 +277,8 @@ class FakeTransactionalSink(FakeSink):
         return self.fail_with
 
     def commit(self, offsets: dict[TopicPartition, int]) -> None:
+        if self.fail_with is None and self.unacked:
+            self.fail_with = "outputs not acknowledged"
         if self.fail_with is not None or self.abort_commits:
             self.abort_commits = max(0, self.abort_commits - 1)
             why = self.fail_with or "abortable"
