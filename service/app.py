@@ -12,7 +12,8 @@ from service.errors import EXIT_OK
 from service.flow.model import Model
 from service.flow.ports import EngineLike
 from service.kafka import Source
-from service.startup import Mode, started
+from service.kafka.share import ShareSource
+from service.startup import Mode, S, started
 
 _log = structlog.get_logger("microbatch")
 
@@ -37,6 +38,8 @@ def streaming(model: Model[EngineLike], batch: BatchSettings) -> tuple[BatchSett
 
 STREAM = Mode(Source, warm=lambda batch: {1, batch.min_size, batch.max_size}, batches=streaming)
 """``run``'s mode: subscribed to the input topics, batches sized to the stream."""
+SHARED = Mode(ShareSource, warm=STREAM.warm, batches=streaming)
+"""``run``'s mode with ``MICROBATCH_KAFKA__GROUP_TYPE=share``: members of a share group."""
 
 
 def run_service(settings: Settings) -> int:
@@ -46,7 +49,14 @@ def run_service(settings: Settings) -> int:
     clean exit 0 too. The metrics port opens next, so the probes answer while the model loads (live,
     not ready) and a port already taken stops start-up at once (``service.startup``).
     """
-    with started(settings, STREAM) as starting:
+    if settings.kafka.group_type == "share":
+        return serve(settings, SHARED)
+    return serve(settings, STREAM)
+
+
+def serve(settings: Settings, mode: Mode[S]) -> int:
+    """:func:`run_service` in ``mode``."""
+    with started(settings, mode) as starting:
         if starting is None:
             return EXIT_OK
         service = starting.warm()

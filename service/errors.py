@@ -56,6 +56,10 @@ class Reason(StrEnum):
     """The record's headers cannot be read (a header name that is not UTF-8); they are not copied."""
     OUTPUT_REJECTED = "output_rejected"
     """The broker refused this item's result for good (e.g. larger than the output topic allows)."""
+    DELIVERY_LIMIT = "delivery_limit"
+    """A share group handed the record out the most times its group allows (``share.delivery.count.limit``)
+    and no member answered it before: a record that stops the process each time it is processed. It is
+    dead-lettered unprocessed on that last delivery, rather than archived by the broker without a trace."""
 
 
 class MicrobatchError(Exception):

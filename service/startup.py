@@ -40,6 +40,7 @@ from service.engine.memory import DeviceMemory
 from service.engine.samples import check_at_start
 from service.engine.session import Engine
 from service.errors import ConfigError
+from service.flow.acceptances import Acceptances
 from service.flow.assembly import Assembly
 from service.flow.backlog import Backlog
 from service.flow.backpressure import BackPressure
@@ -59,17 +60,20 @@ from service.flow.ports import (
     EngineLike,
     ExecutorLike,
     HeldItems,
+    ShareSourceLike,
     SinkLike,
     SourceLike,
     TelemetryLike,
     TransactionalSinkLike,
 )
 from service.flow.records import Decoded, InputRecord
+from service.flow.redelivery import LastDelivery
 from service.flow.sizing import BatchPolicy
 from service.flow.transactions import Transactions
 from service.formats import Picker, load_format, parse_path
 from service.kafka import ClientHooks, Sink, Source
 from service.kafka.causes import client_error_setting
+from service.kafka.share import ShareGroup, ShareSource
 from service.kafka.transactional import TransactionalSink
 from service.observability import AccessReport, Health, Metrics, MetricsServer, Telemetry
 
@@ -110,6 +114,8 @@ class Started(Generic[S]):
     source: S
     sink: Sink
     model: Model[Engine]
+    share: ShareGroup | None = None
+    """The share group's limits, when the source reads through one."""
 
     def warm(self) -> Service[S]:
         """Warm the model up at the mode's sizes, choose its batch sizes, check the samples
@@ -151,6 +157,7 @@ class Service(Generic[S]):
             started.model,
             self.telemetry,
             drain_max=self.drain_max,
+            share=started.share,
         )
 
     def serve(self, pipeline: Pipeline) -> None:
@@ -182,7 +189,12 @@ def started(settings: Settings, mode: Mode[S]) -> Iterator[Started[S] | None]:
         sink.start(settings.kafka.startup_timeout_s or _NO_LIMIT_S)
         if isinstance(sink, TransactionalSink):
             metrics.watch_transactions(sink.opened, time.monotonic)
-        yield Started(settings, mode, stop, metrics, health, server, source, sink, model)
+        share = (
+            source.prepare(settings.kafka.startup_timeout_s or _NO_LIMIT_S)
+            if isinstance(source, ShareSource)
+            else None
+        )
+        yield Started(settings, mode, stop, metrics, health, server, source, sink, model, share)
     finally:
         if server is not None:
             server.close()
@@ -199,10 +211,12 @@ def build_pipeline(
     wall_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
     executor: ExecutorLike | None = None,
     drain_max: int | None = None,
+    share: ShareGroup | None = None,
 ) -> Pipeline:
     """The loop and its parts, wired from ``settings``; items are rows assembled from the input's data
     points when ``model.rows`` says so. ``drain_max``: the drain ceiling measured at start-up
-    (``service.engine.drain``; None: no drain regime)."""
+    (``service.engine.drain``; None: no drain regime); ``share``: the share group's limits, when
+    ``source`` reads through one."""
     batch = settings.batch
     policy = BatchPolicy.of(batch, drain_max, clock)
     cost = model.caps.cost
@@ -223,6 +237,8 @@ def build_pipeline(
         on_out_of_memory=policy.out_of_memory,
     )
     decoder, held = decode_stage(settings, model, telemetry, clock)
+    if share is not None:
+        decoder = LastDelivery(decoder, share.delivery_limit)
     parts = Parts(
         decoder=decoder,
         held=held,
@@ -231,7 +247,7 @@ def build_pipeline(
         outputs=Outputs(
             sink, settings.output.topic, settings.dlq.topic, model.ref, telemetry, clock, wall_ms
         ),
-        acks=acknowledgements(settings, source, sink, telemetry, clock),
+        acks=acknowledgements(settings, source, sink, telemetry, clock, share),
         backpressure=BackPressure(source, settings.input.max_in_flight),
         policy=policy,
         backlog=Backlog(source, clock),
@@ -252,10 +268,19 @@ def acknowledgements(
     sink: SinkLike,
     telemetry: TelemetryLike,
     clock: Callable[[], float],
+    share: ShareGroup | None = None,
 ) -> Acknowledgements:
     """The acknowledgement path of ``MICROBATCH_DELIVERY__GUARANTEE``: offsets committed once outputs are
-    acknowledged, or outputs and offsets in transactions (``sink`` must then be transactional)."""
+    acknowledged, or outputs and offsets in transactions (``sink`` must then be transactional); with a
+    share group (``share``), each record accepted once its outputs are acknowledged."""
     delivery, timeout_s = settings.delivery, settings.output.flush_timeout_s
+    if share is not None:
+        if not isinstance(source, ShareSourceLike):
+            raise TypeError("a share group needs a share source")
+        members = settings.kafka.share_members
+        return Acceptances(
+            source, sink, settings.dlq.topic, timeout_s, members, share.lock_s, telemetry, clock
+        )
     if delivery.guarantee == "at-least-once":
         return Checkpoint(source, sink, settings.dlq.topic, timeout_s, telemetry, clock)
     if not isinstance(sink, TransactionalSinkLike):
@@ -270,6 +295,12 @@ def decode_stage(
     """The decode stage for ``model``, and the stages that hold items back (the open rows, when rows are
     assembled; none otherwise)."""
     caps = model.caps
+    if model.rows is not None and settings.kafka.group_type == "share":
+        raise ConfigError(
+            settings.kafka.env("group_type"),
+            "share: the model assembles rows, which need one host's messages in order; a share group "
+            "hands records to any member in any order (use a consumer group)",
+        )
     if model.rows is None:
         fields = caps.fields
         decoder = Decoder(

@@ -16,7 +16,14 @@ KafkaValue = str | int | float | bool
 
 # librdkafka options the at-least-once contract rests on; no *_EXTRA setting may change them.
 GUARANTEE_KEYS = frozenset(
-    {"enable.auto.offset.store", "enable.auto.commit", "acks", "enable.idempotence", "transactional.id"}
+    {
+        "enable.auto.offset.store",
+        "enable.auto.commit",
+        "acks",
+        "enable.idempotence",
+        "transactional.id",
+        "share.acknowledgement.mode",
+    }
 )
 EXTRA_FIELDS = ("consumer_extra", "producer_extra", "extra")
 # Consumer options the broker decides under the KIP-848 protocol (librdkafka refuses them there).
@@ -62,6 +69,18 @@ class KafkaSettings(Section):
     4.0+), where the broker assigns partitions and sets the session timeout
     (``group.consumer.session.timeout.ms``), so ``SESSION_TIMEOUT_MS`` and client-side assignors are not
     taken with it."""
+    group_type: Literal["consumer", "share"] = "consumer"
+    """How replicas split the input: ``consumer``, a consumer group (each partition read by one replica, in
+    order), or ``share``, a share group (KIP-932, Kafka 4.2+; experimental while the client calls it a
+    preview): the brokers hand each record to one member, so replicas may outnumber partitions; no order,
+    no exactly-once, no assembled rows. docs/RELIABILITY.md, *Share groups*."""
+    share_members: int = Field(2, ge=1, le=16)
+    """Share groups: the members each replica runs. A member fetches again only once every record of its
+    last fetch is acknowledged, so a second one fetches while the first one's records compute."""
+    share_max_records: int = Field(64, ge=1, le=10_000)
+    """Share groups: the most records one member acquires per fetch (``max.poll.records``); what a
+    replica holds at once is at most this times ``SHARE_MEMBERS``, and all of it must be answered within
+    the group's record lock (``share.record.lock.duration.ms``, 30 s by default)."""
     client_id: str = "microbatch"
     """The client id of both the consumer and the producer, as the brokers' logs and quotas see it."""
     security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
@@ -256,6 +275,19 @@ class KafkaSettings(Section):
             | self.consumer_extra
         )
 
+    def share_consumer_config(self) -> dict[str, KafkaValue]:
+        """librdkafka share consumer options: every record acknowledged by the service, once answered."""
+        return (
+            self.client_config()
+            | {
+                "group.id": self.group_id,
+                "share.acknowledgement.mode": "explicit",
+                "max.poll.records": self.share_max_records,
+                "max.poll.interval.ms": self.max_poll_interval_ms,
+            }
+            | self.consumer_extra
+        )
+
     def transactional_id(self) -> str:
         """The exactly-once producer's ``transactional.id``: the group's, then this replica's name (the host
         name unless ``INSTANCE_ID`` says otherwise), so two services on one host never share one."""
@@ -288,6 +320,7 @@ class KafkaSettings(Section):
             "group_instance_id": self.group_instance_id,
             "instance_id": self.instance_id,
             "group_protocol": self.group_protocol,
+            "group_type": self.group_type,
             "security_protocol": self.security_protocol,
             "sasl_mechanism": self.sasl_mechanism,
             "sasl_username": self.sasl_username,

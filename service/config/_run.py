@@ -26,6 +26,31 @@ def run_problems(settings: Settings) -> list[ConfigError]:
                 "producer, and /healthz would fail meanwhile",
             )
         )
+    problems += share_problems(settings)
+    return problems
+
+
+def share_problems(settings: Settings) -> list[ConfigError]:
+    """What a share group cannot do: transactions (a share group commits no offsets to put in one),
+    static membership, and rows assembled from one host's messages in order (checked again once the
+    model says whether it assembles them)."""
+    kafka = settings.kafka
+    if kafka.group_type != "share":
+        return []
+    why = f"{kafka.env('group_type')}=share"
+    problems = []
+    if settings.delivery.guarantee == "exactly-once":
+        problems.append(
+            ConfigError(settings.delivery.env("guarantee"), f"exactly-once needs a consumer group, not {why}")
+        )
+    if kafka.group_instance_id is not None:
+        problems.append(
+            ConfigError(kafka.env("group_instance_id"), f"a share group has no static members ({why})")
+        )
+    if settings.assemble.enabled:
+        problems.append(
+            ConfigError(settings.assemble.env("enabled"), f"rows need messages in order, not {why}")
+        )
     return problems
 
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 
 import structlog
 
-from service.flow.encode import replace_refused
+from service.flow.encode import resend_refused
 from service.flow.ports import SinkLike, SourceLike, TelemetryLike
 from service.flow.records import InputRecord, TopicPartition
 from service.flow.tracking import Tracked
@@ -60,21 +60,7 @@ class Checkpoint(Tracked):
             self._telemetry.acknowledged(len(acked))
         if offsets:
             self._source.store(offsets)
-        return self._replace_refused()
-
-    def _replace_refused(self) -> int:
-        """Send a replacement for each record the broker refused for good since the last call; returns how
-        many were sent. One with nothing smaller left to send is logged, and its input's offset stays
-        uncommitted."""
-        sent = 0
-        for out, why in self._sink.take_refused():
-            replacement = replace_refused(out, why, self._dlq_topic)
-            if replacement is None:
-                _log.error("dead_letter_undeliverable", offset=out.source.offset, error=why)
-            else:
-                self._sink.send(replacement)
-                sent += 1
-        return sent
+        return resend_refused(self._sink, self._dlq_topic)
 
     def commit(self) -> bool:
         """Steps 2 to 4 of the commit contract (``Pipeline.commit`` does step 1, processing everything
@@ -84,14 +70,9 @@ class Checkpoint(Tracked):
         An output still unacknowledged when the flush times out holds its partition's watermark back, so
         the worst case is a duplicate after restart, never a loss. Returns whether the broker took the
         commit."""
-        if self.acknowledge(self._sink.flush(self._flush_timeout_s)):
-            self.acknowledge(self._sink.flush(self._flush_timeout_s))  # the replacements of refused records
-        if self._sink.pending():
-            _log.warning("flush_incomplete", outstanding=self._sink.pending())
-        start = self._clock()
-        ok = self._source.commit()
-        self._telemetry.committed(ok, self._clock() - start)
-        return ok
+        return flushed_commit(
+            self._sink, self.acknowledge, self._source, self._flush_timeout_s, self._telemetry, self._clock
+        )
 
     def lose(self, tps: Sequence[TopicPartition]) -> None:
         """Partitions the group took away without a handover: committing them is no longer allowed. The
@@ -99,3 +80,24 @@ class Checkpoint(Tracked):
         acked = self._sink.flush(self._flush_timeout_s)
         self.revoke(tps)  # first, so their acks store nothing
         self.acknowledge(acked)
+
+
+def flushed_commit(
+    sink: SinkLike,
+    acknowledge: Callable[[Sequence[InputRecord]], int],
+    source: SourceLike,
+    flush_timeout_s: float,
+    telemetry: TelemetryLike,
+    clock: Callable[[], float],
+) -> bool:
+    """Flush ``sink`` and ``acknowledge`` what it reports (which returns how many replacements of refused
+    records it sent: those are flushed too), then ``source.commit()``, timed. Returns whether the broker
+    took the commit. Shared by the strategies whose durable step is the consumer's own commit."""
+    if acknowledge(sink.flush(flush_timeout_s)):
+        acknowledge(sink.flush(flush_timeout_s))  # the replacements of refused records
+    if sink.pending():
+        _log.warning("flush_incomplete", outstanding=sink.pending())
+    start = clock()
+    ok = source.commit()
+    telemetry.committed(ok, clock() - start)
+    return ok

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
+import structlog
 
 from service.assemble import Closed
 from service.errors import Reason
 from service.flow.model import ModelRef
 from service.flow.records import Headers, InputRecord, OutRecord, Rejection
+
+_log = structlog.get_logger("microbatch.checkpoint")
 
 _ENCODER = msgspec.json.Encoder()
 
@@ -152,3 +155,24 @@ def replace_refused(out: OutRecord, why: str, dlq_topic: str) -> OutRecord | Non
         return None
     headers: Headers = [*(out.headers or []), ("error.value_dropped", str(len(out.value)).encode())]
     return OutRecord(out.topic, out.key, None, headers, out.source, out.index, out.also)
+
+
+class _Resending(Protocol):
+    def take_refused(self) -> list[tuple[OutRecord, str]]: ...
+
+    def send(self, out: OutRecord) -> None: ...
+
+
+def resend_refused(sink: _Resending, dlq_topic: str) -> int:
+    """Send a replacement (:func:`replace_refused`) for each record ``sink`` says the broker refused for
+    good since the last call; returns how many were sent. One with nothing smaller left to send is
+    logged, and its input stays unanswered."""
+    sent = 0
+    for out, why in sink.take_refused():
+        replacement = replace_refused(out, why, dlq_topic)
+        if replacement is None:
+            _log.error("dead_letter_undeliverable", offset=out.source.offset, error=why)
+        else:
+            sink.send(replacement)
+            sent += 1
+    return sent

@@ -12,7 +12,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from service.errors import Reason
-from service.flow.records import Decoding, InputRecord, LoopState, OutRecord, Released, TopicPartition
+from service.flow.records import Ack, Decoding, InputRecord, LoopState, OutRecord, Released, TopicPartition
 from service.processors.base import Tensors
 
 
@@ -46,6 +46,19 @@ class SourceLike(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class ShareSourceLike(SourceLike, Protocol):
+    """A source reading through a share group (KIP-932): each record is answered on its own."""
+
+    def acknowledge(self, records: Sequence[InputRecord], ack: Ack) -> int:
+        """Answer each of ``records`` (ACCEPT once done); returns how many were still held."""
+        ...
+
+    def held(self) -> int:
+        """Records acquired and not answered yet."""
+        ...
 
 
 class SinkLike(Protocol):

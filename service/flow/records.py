@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any, Literal
 
 import msgspec
@@ -13,6 +14,17 @@ from service.errors import Reason
 
 Headers = list[tuple[str, bytes | None]]
 TopicPartition = tuple[str, int]
+
+
+class Ack(StrEnum):
+    """How a share group's member answers a record it acquired (KIP-932)."""
+
+    ACCEPT = "accept"
+    """Done: its outputs (or its dead letter) were acknowledged."""
+    RELEASE = "release"
+    """Not done: back to the group, for this or another member to take again."""
+    REJECT = "reject"
+    """Never to be delivered again (archived unprocessed)."""
 
 
 # msgspec Structs rather than frozen dataclasses: one of each is built per message, and a frozen dataclass's
@@ -37,6 +49,9 @@ class InputRecord(msgspec.Struct, frozen=True, gc=False):
     received: float
     header_error: str | None = None
     """Set when the headers could not be read (then ``headers`` is None): the record is dead-lettered."""
+    delivery_count: int | None = None
+    """How many times a share group has handed this record out, this time included (1 the first time);
+    None from a consumer group."""
 
     @property
     def tp(self) -> TopicPartition:

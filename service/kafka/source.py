@@ -197,9 +197,10 @@ class Source:
         _log.warning("consume_error", topic=msg.topic(), partition=msg.partition(), error=error)
 
 
-def to_record(msg: Message, received: float) -> InputRecord:
+def to_record(msg: Message, received: float, delivery_count: int | None = None) -> InputRecord:
     """Copy a consumed message out of the client. Headers that cannot be read (a name that is not UTF-8)
-    are reported in ``header_error`` rather than raised, so the record can be dead-lettered."""
+    are reported in ``header_error`` rather than raised, so the record can be dead-lettered;
+    ``delivery_count``: a share group's (``Message.delivery_count``)."""
     try:
         headers, header_error = msg.headers(), None
     except (SystemError, UnicodeError) as exc:
@@ -217,6 +218,7 @@ def to_record(msg: Message, received: float) -> InputRecord:
         ts if ts > 0 else None,
         received,
         header_error,
+        delivery_count,
     )
 
 

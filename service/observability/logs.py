@@ -57,14 +57,21 @@ class RateLimitedClientLog:
         self._log.log(level, line, similar_since_last=skipped)
 
 
-def client_log(conf: Mapping[str, object], private: Iterable[str] = ()) -> RateLimitedClientLog:
+def client_log(
+    conf: Mapping[str, object],
+    private: Iterable[str] = (),
+    said: Callable[[str, str, str], bool] | None = None,
+) -> RateLimitedClientLog:
     """The ``logger`` of a client built from ``conf``: the values of its credential options redacted, and
     those of ``private`` (the service's clients pass ``KafkaSettings.private_values()``); the retries that
-    settle by themselves held at debug while they settle."""
+    settle by themselves held at debug while they settle, and the lines ``said(facility, client, message)``
+    names (what the service says in its own words) held at debug always."""
     # Imported here: the kafka package owns librdkafka's error codes, and its clients import this module.
     from service.kafka.retries import Settling
 
-    return RateLimitedClientLog(private=[*private_values_of(conf), *private], hold=Settling().hold)
+    settling = Settling().hold
+    hold = settling if said is None else (lambda f, c, m: said(f, c, m) or settling(f, c, m))
+    return RateLimitedClientLog(private=[*private_values_of(conf), *private], hold=hold)
 
 
 def configure(settings: LogSettings) -> None:

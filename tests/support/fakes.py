@@ -11,7 +11,7 @@ import msgspec
 import numpy as np
 
 from service.errors import TransactionAborted
-from service.flow.records import InputRecord, OutRecord, TopicPartition
+from service.flow.records import Ack, InputRecord, OutRecord, TopicPartition
 
 Coords = tuple[str, int, int]
 
@@ -166,6 +166,24 @@ class FakeSource:
 
     def close(self) -> None:
         self.events.append(("close",))
+
+
+class FakeShareSource(FakeSource):
+    """A :class:`FakeSource` read through a share group: ``acknowledge`` records each answer (``accepted``,
+    ``released``, ``rejected``: coordinates, in order)."""
+
+    def __init__(self, script: list, clock, events: list, **kwargs) -> None:
+        super().__init__(script, clock, events, **kwargs)
+        self.answered: dict[Ack, list[tuple[str, int, int]]] = {ack: [] for ack in Ack}
+
+    def acknowledge(self, records, ack: Ack) -> int:
+        coordinates = [coords(r) for r in records]
+        self.events.append((str(ack), coordinates))
+        self.answered[ack] += coordinates
+        return len(coordinates)
+
+    def held(self) -> int:
+        return 0
 
 
 class FakeSink:

@@ -9,12 +9,16 @@ It is the ``features`` processor plus one optional string field of the event, ``
 - ``"nan"``: ``postprocess`` replaces this item's score with NaN, so it gets ``invalid_output``.
 - ``"slow"``: ``preprocess`` sleeps :data:`SLOW_S` (far beyond the batch window) for a batch holding it;
   the item and its batch-mates still get results, later.
+- ``"crash"``: ``preprocess`` SIGKILLs its own process for a batch holding it: a record that kills the
+  service every time it is processed.
 
 Any other value, or no ``fault`` field, is a healthy event.
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from collections.abc import Sequence
 
@@ -25,7 +29,7 @@ from service.processors.base import ModelInfo, ResultOrError, Tensors
 from service.processors.features import FeaturesProcessor
 
 SLOW_S = 1.5
-FAULTS = ("raise", "nan", "slow")
+FAULTS = ("raise", "nan", "slow", "crash")
 
 Item = tuple[tuple[float, ...], str | None]
 
@@ -57,6 +61,8 @@ class FaultyProcessor:
             raise InjectedFault(f"injected fault: a batch of {len(items)} holds a 'raise' item")
         if "slow" in faults:
             time.sleep(SLOW_S)
+        if "crash" in faults:
+            os.kill(os.getpid(), signal.SIGKILL)
         return self._inner.preprocess([row for row, _fault in items])
 
     def postprocess(self, outputs: Tensors, items: Sequence[Item]) -> list[ResultOrError]:

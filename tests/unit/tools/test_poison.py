@@ -95,6 +95,7 @@ def test_catalogue_covers_every_decode_time_reason():
         Reason.OUTPUT_REJECTED,
         Reason.INVALID_HEADERS,
         Reason.INVALID_PROTOBUF,  # only the otlp-proto format reads protobuf (tests/unit/formats)
+        Reason.DELIVERY_LIMIT,  # a share group's delivery count (tests/unit/flow/test_redelivery.py)
     }
     assert set(POISON_KINDS.values()) == set(Reason) - not_from_values
 
