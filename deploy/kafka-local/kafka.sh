@@ -17,6 +17,8 @@
 #   KAFKA_AUTO_CREATE      "false" disables auto.create.topics.enable (default true)
 #   KAFKA_START_TIMEOUT    seconds `up` waits for readiness (default 60)
 #   KAFKA_STOP_TIMEOUT     seconds `down` waits after SIGTERM before SIGKILL (default 20)
+#   KAFKA_FEATURES         feature levels set when the storage is first formatted, "name=level,..."
+#                          (e.g. "share.version=0": a cluster without share groups)
 #   KAFKA_CDS              "false" disables the class-data-sharing archive (default true): the
 #                          first start records the classes it loads into lib/kafka.jsa when it
 #                          is stopped, and later starts map it, which cuts start-up by ~40%.
@@ -90,6 +92,7 @@ START_TIMEOUT="${KAFKA_START_TIMEOUT:-60}"
 STOP_TIMEOUT="${KAFKA_STOP_TIMEOUT:-20}"
 KAFKA_CDS="${KAFKA_CDS:-true}"
 KAFKA_SECURITY="${KAFKA_SECURITY:-plain}"
+KAFKA_FEATURES="${KAFKA_FEATURES:-}"
 KAFKA_SASL_SSL_PORT="${KAFKA_SASL_SSL_PORT:-$((10#$KAFKA_PORT + 2))}"
 KAFKA_SSL_PORT="${KAFKA_SSL_PORT:-$((10#$KAFKA_PORT + 3))}"
 KAFKA_SCRAM_USERS="${KAFKA_SCRAM_USERS:-admin:admin-secret}"
@@ -368,7 +371,13 @@ EOF
 format_storage() {
     [[ -f "$DATA_DIR/meta.properties" ]] && return 0
     log "formatting KRaft storage in $DATA_DIR (cluster id $CLUSTER_ID)"
-    local scram=() user users
+    local scram=() features=() listed=() user users feature
+    if [[ -n "$KAFKA_FEATURES" ]]; then
+        IFS=, read -ra listed <<<"$KAFKA_FEATURES"
+        for feature in "${listed[@]}"; do
+            features+=(--feature "$feature")
+        done
+    fi
     if [[ "$SECURED" == true ]]; then
         IFS=, read -ra users <<<"$KAFKA_SCRAM_USERS"
         for user in "${users[@]}"; do
@@ -378,7 +387,7 @@ format_storage() {
     # The tool prints the SCRAM salts and keys: its output stays in the logs dir.
     if ! java -Xmx256m -Dlog4j2.configurationFile="$LOG4J_CONF" -cp "$LIB_DIR/*" \
         kafka.tools.StorageTool format --config "$PROPS" --cluster-id "$CLUSTER_ID" \
-        "${scram[@]}" --ignore-formatted >"$LOG_DIR/format.out" 2>&1; then
+        "${scram[@]}" "${features[@]}" --ignore-formatted >"$LOG_DIR/format.out" 2>&1; then
         cat "$LOG_DIR/format.out" >&2
         die "kafka-storage format failed"
     fi

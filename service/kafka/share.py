@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import structlog
-from confluent_kafka import AcknowledgeType, IllegalStateException, KafkaException, ShareConsumer
+from confluent_kafka import AcknowledgeType, IllegalStateException, KafkaError, KafkaException, ShareConsumer
 from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported, but not declared so
     AdminClient,
     AlterConfigOpType,
@@ -30,7 +30,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported
 )
 
 from service.config import KafkaSettings
-from service.errors import EnvironmentNotReadyError
+from service.errors import EnvironmentNotReadyError, FatalKafkaError
 from service.flow.ports import RebalanceListener
 from service.flow.records import Ack, InputRecord, TopicPartition
 from service.kafka.hooks import NO_HOOKS, ClientHooks
@@ -118,7 +118,8 @@ class ShareSource(Source):
     def prepare(self, timeout_s: float) -> ShareGroup:
         """Make the group start where a consumer group would (``AUTO_OFFSET_RESET``: a new share group
         starts at the latest offset otherwise, skipping what is there), and read the limits it keeps.
-        Raises EnvironmentNotReadyError when the brokers refuse (share groups not enabled)."""
+        Raises EnvironmentNotReadyError when the brokers refuse. (Brokers with share groups off take the
+        group's settings all the same: the first fetch tells, raising the same error.)"""
         admin = AdminClient(self._settings.client_config())
         group = self._settings.group_id
         reset = ConfigEntry(
@@ -132,11 +133,8 @@ class ShareSource(Source):
             described = ConfigResource(ResourceType.GROUP, group)
             configs = admin.describe_configs([described], request_timeout=timeout_s)[described].result()
         except KafkaException as exc:
-            raise EnvironmentNotReadyError(
-                f"share group {group!r}: the brokers refused its settings ({self._redact(str(exc))}); a "
-                f"share group needs Kafka 4.2+ with share groups on (the feature share.version at 1 or "
-                f"more: kafka-features.sh upgrade --feature share.version=1), else set "
-                f"{self._settings.env('group_type')}=consumer"
+            raise self._no_share_groups(
+                f"the brokers refused its settings: {self._redact(str(exc))}"
             ) from None
         limit = int(configs["share.delivery.count.limit"].value)
         lock_s = int(configs["share.record.lock.duration.ms"].value) / 1000
@@ -149,6 +147,13 @@ class ShareSource(Source):
             note="the client's share consumer is a preview: no order across records, no exactly-once",
         )
         return ShareGroup(limit, lock_s)
+
+    def _no_share_groups(self, why: str) -> EnvironmentNotReadyError:
+        return EnvironmentNotReadyError(
+            f"share group {self._settings.group_id!r}: {why}; a share group needs Kafka 4.2+ with share "
+            f"groups on (the feature share.version at 1 or more: kafka-features.sh upgrade --feature "
+            f"share.version=1), else set {self._settings.env('group_type')}=consumer"
+        )
 
     def subscribe(self, topics: list[str], listener: RebalanceListener) -> None:
         """Every member joins the group on ``topics``. A share group assigns no partitions of this
@@ -182,7 +187,16 @@ class ShareSource(Source):
 
     def _poll(self, i: int, timeout_s: float) -> int:
         self._next = (i + 1) % len(self._members)
-        messages = self._members[i].poll(timeout_s)
+        try:
+            messages = self._members[i].poll(timeout_s)
+        except KafkaException as exc:
+            err: KafkaError = exc.args[0]
+            if err.code() == KafkaError.UNSUPPORTED_VERSION:  # ShareGroupHeartbeat: share groups are off
+                raise self._no_share_groups("the brokers do not serve share groups") from None
+            if err.fatal():
+                raise FatalKafkaError("consumer", err.code(), err.name(), self._redact(err.str())) from None
+            _log.warning("share_poll_failed", error=self._redact(err.str()))
+            return 0
         now = time.monotonic()
         got = 0
         for msg in messages:

@@ -3,15 +3,21 @@ it is done, and a record that no member ever answers dead-lettered on its last d
 
 from __future__ import annotations
 
+import os
 import signal
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import msgspec
+import pytest
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
-from service.errors import Reason
+from service.errors import EnvironmentNotReadyError, Reason
 from service.tools.processes import Child
+from service.tools.topics import TopicAdmin
 from service.tools.verify import verify
+from tests.support.broker import REPO_ROOT, FaultBroker
 from tests.support.harness import (
     dlq_source_of,
     metrics_events,
@@ -118,3 +124,38 @@ def test_a_record_that_kills_the_process_is_dead_lettered_on_its_last_delivery(
     (letter,) = read_topic(kafka_bootstrap, topics["dlq"], expected=1, timeout=10)
     assert dlq_source_of(letter) == coords[crash]
     assert letter.headers["error.reason"].decode() == Reason.DELIVERY_LIMIT
+
+
+NO_SHARE_PORT = int(os.environ.get("KAFKA_NO_SHARE_PORT", "19592"))
+
+
+@pytest.fixture(scope="module")
+def broker_without_share_groups() -> Iterator[FaultBroker]:
+    """A broker of its own, formatted with share groups off (the feature ``share.version`` at 0)."""
+    state_dir = REPO_ROOT / ".local" / f"kafka-no-share-{NO_SHARE_PORT}"
+    env = {
+        **os.environ,
+        "KAFKA_PORT": str(NO_SHARE_PORT),
+        "KAFKA_CONTROLLER_PORT": str(NO_SHARE_PORT + 1),
+        "KAFKA_STATE_DIR": str(state_dir),
+        "KAFKA_FEATURES": "share.version=0",
+    }
+    broker = FaultBroker(f"127.0.0.1:{NO_SHARE_PORT}", env, state_dir)
+    broker.sh("reset")
+    broker.start()
+    try:
+        yield broker
+    finally:
+        broker.sh("down")
+
+
+def test_brokers_without_share_groups_stop_the_service_with_one_line(tmp_path, broker_without_share_groups):
+    admin = TopicAdmin({"bootstrap.servers": broker_without_share_groups.bootstrap})
+    topics = {name: f"{name}-{uuid.uuid4().hex[:8]}" for name in ("in", "out", "dlq")}
+    admin.create(list(topics.values()), 1)
+    service = _replica(tmp_path, "a", broker_without_share_groups.bootstrap, topics, "no-share")
+    code = service.proc.wait(timeout=120)
+    assert code == EnvironmentNotReadyError.exit_code == 3, service.log()[-3000:]
+    (line,) = [line for line in service.log().splitlines() if line.startswith("microbatch: ")]
+    assert "share.version" in line and "MICROBATCH_KAFKA__GROUP_TYPE=consumer" in line
+    assert "Traceback" not in service.log()
