@@ -70,6 +70,8 @@ class Acceptances:
             key = _key(record)
             self._waiting[key] = 1
             self._received[key] = record.received
+        if records:
+            self._telemetry.acquired([record.delivery_count for record in records])
 
     def expect(self, counts: Sequence[tuple[InputRecord, int]]) -> None:
         """Records just tracked that hold other than one item: each awaits that many outputs (none: done
@@ -85,7 +87,7 @@ class Acceptances:
                 done.append(record)
                 self._forget(key)
         if done:
-            self._source.acknowledge(done, Ack.ACCEPT)
+            self._accept(done)
 
     def settle(self, records: Sequence[InputRecord]) -> None:
         """One output of each of ``records`` will never come, by design: count it done."""
@@ -119,7 +121,10 @@ class Acceptances:
                 done.append(record)
                 self._forget(key)
         if done:
-            self._source.acknowledge(done, Ack.ACCEPT)
+            self._accept(done)
+
+    def _accept(self, done: list[InputRecord]) -> None:
+        self._telemetry.answered(Ack.ACCEPT, self._source.acknowledge(done, Ack.ACCEPT))
 
     def _forget(self, key: Key) -> None:
         del self._waiting[key]

@@ -21,12 +21,13 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from service.errors import Reason
-from service.flow.records import TopicPartition
+from service.flow.records import Ack, TopicPartition
 
 PREFIX = "microbatch"
 # Seconds: from a tiny model's batch (50 us) to a slow GPU batch or a stalled broker (minutes).
 TIME_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+_ANSWERED = {Ack.ACCEPT: "accepted", Ack.RELEASE: "released", Ack.REJECT: "rejected"}
 EXACT_SIZES = 64
 """Batch sizes up to this (and up to ``MAX_SIZE``) get a bucket each; see :func:`size_buckets`."""
 LARGEST_SIZE_BUCKET = 4096
@@ -227,6 +228,20 @@ class Metrics:
             "(a zombie fenced by its group's generation, or partitions lost).",
             registry=r,
         )
+        self.share_records = Counter(
+            f"{p}_share_records",
+            "Share groups: records acquired from the group, and answered: accepted (done), released (back "
+            "to the group, at a stop) or rejected.",
+            ["outcome"],
+            registry=r,
+        )
+        self.share_delivery_count = Histogram(
+            f"{p}_share_delivery_count",
+            "Share groups: each acquired record's delivery count (1 the first time; more: delivered again "
+            "after a lock ran out, a release, or a member's crash).",
+            buckets=(1, 2, 3, 4, 5, 6, 8, 10),
+            registry=r,
+        )
         self.transaction_age = Gauge(
             f"{p}_transaction_age_seconds",
             "Exactly-once: how long the open transaction has been open (0: none is).",
@@ -331,6 +346,16 @@ class Metrics:
             self.last_commit.set_to_current_time()
         if fenced:
             self.transactions_fenced.inc()
+
+    def share_acquired(self, delivery_counts: Sequence[int | None]) -> None:
+        """Share groups: records acquired, each with its delivery count."""
+        self.share_records.labels("acquired").inc(len(delivery_counts))
+        for count in delivery_counts:
+            self.share_delivery_count.observe(count or 1)
+
+    def share_answered(self, ack: Ack, count: int) -> None:
+        """Share groups: ``count`` records answered with ``ack``."""
+        self.share_records.labels(_ANSWERED[ack]).inc(count)
 
     def watch_transactions(self, opened: Callable[[], float | None], clock: Callable[[], float]) -> None:
         """The open transaction's age, read at each scrape from ``opened()`` (its start on ``clock``)."""

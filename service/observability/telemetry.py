@@ -11,14 +11,14 @@ dead letter, never per healthy message.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import structlog
 
 from service.errors import Reason
 from service.flow.fields import FIRST_EVENTS
-from service.flow.records import LoopState
+from service.flow.records import Ack, LoopState
 from service.observability.health import Health
 from service.observability.metrics import Metrics
 from service.observability.stats import Stats
@@ -115,6 +115,14 @@ class Telemetry:
     def transaction(self, committed: bool, seconds: float, fenced: bool = False) -> None:
         """Exactly-once: a transaction committed or aborted."""
         self.metrics.transaction(committed, seconds, fenced)
+
+    def acquired(self, delivery_counts: Sequence[int | None]) -> None:
+        """Share groups: records acquired, each with its delivery count."""
+        self.metrics.share_acquired(delivery_counts)
+
+    def answered(self, ack: Ack, count: int) -> None:
+        """Share groups: records answered (accepted, released, rejected)."""
+        self.metrics.share_answered(ack, count)
 
     def periodic(self, state: Callable[[], LoopState]) -> None:
         """The state gauges about once a second, the stats line when it is due; ``state`` is asked only

@@ -20,12 +20,20 @@ class Told:
     def __init__(self) -> None:
         self.acked = 0
         self.commits: list[bool] = []
+        self.delivery_counts: list[int | None] = []
+        self.answered_count: dict[Ack, int] = {}
 
     def acknowledged(self, count: int) -> None:
         self.acked += count
 
     def committed(self, ok: bool, seconds: float) -> None:
         self.commits.append(ok)
+
+    def acquired(self, delivery_counts) -> None:
+        self.delivery_counts += list(delivery_counts)
+
+    def answered(self, ack: Ack, count: int) -> None:
+        self.answered_count[ack] = self.answered_count.get(ack, 0) + count
 
 
 def rec(offset: int, partition: int = 0, received: float = 1000.0) -> InputRecord:
@@ -63,6 +71,7 @@ def test_a_record_is_accepted_once_its_output_is_acknowledged_and_not_before(par
     acks.poll()
     assert sorted(source.answered[Ack.ACCEPT]) == [(IN, 0, 0), (IN, 1, 1)]
     assert acks.in_flight() == 0 and told.acked == 2
+    assert told.delivery_counts == [1, 1] and told.answered_count == {Ack.ACCEPT: 2}
 
 
 def test_any_order_across_partitions_and_offsets(parts):
