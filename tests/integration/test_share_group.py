@@ -11,7 +11,6 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
 from service.errors import EnvironmentNotReadyError, Reason
 from service.tools.processes import Child
@@ -23,6 +22,7 @@ from tests.support.harness import (
     metrics_events,
     produce,
     read_topic,
+    share_group_configs,
     start_on_topics,
     wait_for,
 )
@@ -71,17 +71,6 @@ def test_four_replicas_on_two_partitions_all_take_work(tmp_path, kafka_bootstrap
     assert [len(s.events("share_group_experimental")) for s in services] == [1, 1, 1, 1]
 
 
-def _group_configs(bootstrap: str, group: str, **configs: str) -> None:
-    """Set a share group's configs (``share_delivery_count_limit="2"``: ``share.delivery.count.limit``)."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    entries = [
-        ConfigEntry(name.replace("_", "."), value, incremental_operation=AlterConfigOpType.SET)
-        for name, value in configs.items()
-    ]
-    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=entries)
-    admin.incremental_alter_configs([resource])[resource].result()
-
-
 def test_a_record_that_kills_the_process_is_dead_lettered_on_its_last_delivery(
     tmp_path, kafka_bootstrap, topic_factory, group_id
 ):
@@ -91,7 +80,7 @@ def test_a_record_that_kills_the_process_is_dead_lettered_on_its_last_delivery(
     reason, and the stream goes on. One record per fetch and per producer batch, and one member, so the
     crash holds no other record (every record a process holds when it dies counts a delivery)."""
     topics = {name: topic_factory(1, prefix=name) for name in ("in", "out", "dlq")}
-    _group_configs(
+    share_group_configs(
         kafka_bootstrap, group_id, share_delivery_count_limit="2", share_record_lock_duration_ms="15000"
     )
     items = metrics_events(40, seed=62)

@@ -21,6 +21,7 @@ from typing import Any
 import msgspec
 import pytest
 from confluent_kafka import Message
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 from prometheus_client.parser import text_string_to_metric_families
 
 from service.tools.generate import EventGenerator
@@ -210,3 +211,14 @@ def metrics_events(n: int, seed: int, anomaly_ratio: float = 0.05) -> list[tuple
     return [
         (e["host"].encode(), msgspec.json.encode(e)) for e in EventGenerator(seed).metrics(n, anomaly_ratio)
     ]
+
+
+def share_group_configs(bootstrap: str, group: str, **configs: str) -> None:
+    """Set a share group's configs (``share_delivery_count_limit="2"``: ``share.delivery.count.limit``)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    entries = [
+        ConfigEntry(name.replace("_", "."), value, incremental_operation=AlterConfigOpType.SET)
+        for name, value in configs.items()
+    ]
+    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=entries)
+    admin.incremental_alter_configs([resource])[resource].result()
