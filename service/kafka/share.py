@@ -30,7 +30,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported
 )
 
 from service.config import KafkaSettings
-from service.errors import EnvironmentNotReadyError, FatalKafkaError
+from service.errors import EnvironmentNotReadyError, FatalKafkaError, NotAuthorizedError
 from service.flow.ports import RebalanceListener
 from service.flow.records import Ack, InputRecord, TopicPartition
 from service.kafka.hooks import NO_HOOKS, ClientHooks
@@ -50,6 +50,7 @@ round again (to serve the producer's acknowledgements, which free a member)."""
 _SERVE_EVERY_S = 0.5
 """How often the start-up consumer's callbacks (statistics: the brokers' reachability) are served."""
 _COMMIT_TIMEOUT_S = 10.0
+_AUTHORIZATION = {KafkaError.GROUP_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZATION_FAILED}
 
 Key = tuple[str, int, int]
 
@@ -118,26 +119,22 @@ class ShareSource(Source):
     def prepare(self, timeout_s: float) -> ShareGroup:
         """Make the group start where a consumer group would (``AUTO_OFFSET_RESET``: a new share group
         starts at the latest offset otherwise, skipping what is there), and read the limits it keeps.
-        Raises EnvironmentNotReadyError when the brokers refuse. (Brokers with share groups off take the
-        group's settings all the same: the first fetch tells, raising the same error.)"""
+        The group's ``share.auto.offset.reset`` is set only when it differs, so a group configured
+        beforehand needs no ALTER_CONFIGS. Raises NotAuthorizedError naming the ACL the principal lacks,
+        EnvironmentNotReadyError when the brokers refuse otherwise. (Brokers with share groups off take
+        the group's settings all the same: the first fetch tells, raising the same error.)"""
         admin = AdminClient(self._settings.client_config())
-        group = self._settings.group_id
-        reset = ConfigEntry(
-            "share.auto.offset.reset",
-            self._settings.auto_offset_reset,
-            incremental_operation=AlterConfigOpType.SET,
-        )
-        resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[reset])
-        try:
-            admin.incremental_alter_configs([resource], request_timeout=timeout_s)[resource].result()
-            described = ConfigResource(ResourceType.GROUP, group)
-            configs = admin.describe_configs([described], request_timeout=timeout_s)[described].result()
-        except KafkaException as exc:
-            raise self._no_share_groups(
-                f"the brokers refused its settings: {self._redact(str(exc))}"
-            ) from None
-        limit = int(configs["share.delivery.count.limit"].value)
-        lock_s = int(configs["share.record.lock.duration.ms"].value) / 1000
+        group, reset = self._settings.group_id, self._settings.auto_offset_reset
+        configs = self._group_configs(admin, timeout_s)
+        if configs["share.auto.offset.reset"] != reset:
+            entry = ConfigEntry("share.auto.offset.reset", reset, incremental_operation=AlterConfigOpType.SET)
+            resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[entry])
+            try:
+                admin.incremental_alter_configs([resource], request_timeout=timeout_s)[resource].result()
+            except KafkaException as exc:
+                raise self._refused(exc, "ALTER_CONFIGS", f"share.auto.offset.reset={reset}") from None
+        limit = int(configs["share.delivery.count.limit"])
+        lock_s = int(configs["share.record.lock.duration.ms"]) / 1000
         _log.warning(
             "share_group_experimental",
             group=group,
@@ -147,6 +144,24 @@ class ShareSource(Source):
             note="the client's share consumer is a preview: no order across records, no exactly-once",
         )
         return ShareGroup(limit, lock_s)
+
+    def _group_configs(self, admin: AdminClient, timeout_s: float) -> dict[str, str]:
+        resource = ConfigResource(ResourceType.GROUP, self._settings.group_id)
+        try:
+            described = admin.describe_configs([resource], request_timeout=timeout_s)[resource].result()
+        except KafkaException as exc:
+            raise self._refused(exc, "DESCRIBE_CONFIGS", "its settings") from None
+        return {name: entry.value for name, entry in described.items()}
+
+    def _refused(self, exc: KafkaException, operation: str, what: str) -> EnvironmentNotReadyError:
+        err: KafkaError = exc.args[0]
+        group = self._settings.group_id
+        if err.code() in _AUTHORIZATION:
+            verb, hint = "read", f"grant {operation} on group {group!r}"
+            if operation == "ALTER_CONFIGS":
+                verb, hint = "set", f"{hint}, or set it on the group beforehand"
+            return NotAuthorizedError(f"share group {group!r}: not authorised to {verb} {what}: {hint}")
+        return self._no_share_groups(f"the brokers refused {what}: {self._redact(err.str())}")
 
     def _no_share_groups(self, why: str) -> EnvironmentNotReadyError:
         return EnvironmentNotReadyError(

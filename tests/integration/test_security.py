@@ -137,6 +137,31 @@ def test_exactly_once_needs_write_and_describe_on_its_transactional_id_and_says_
     _serve_all(tmp_path, secured, topics, group_id, f"User:{APP_USER}", settings)
 
 
+def test_a_share_group_needs_read_and_its_configs_on_the_group_and_says_so(
+    tmp_path, secured, secured_topics, group_id
+):
+    """Without the group's ACLs start-up stops (exit 3) naming the one it lacks; granted READ,
+    DESCRIBE_CONFIGS and ALTER_CONFIGS on the group, every input is answered."""
+    settings = scram_settings(secured, tmp_path, kafka__group_type="share")
+    topics = secured_topics
+    grant(secured.admin, f"User:{APP_USER}", read=[topics["in"]], write=[topics["out"], topics["dlq"]])
+    (tmp_path / "refused").mkdir()
+    refused = _start(tmp_path / "refused", topics, group_id, settings)
+    code = refused.proc.wait(timeout=90)
+    assert code == 3, refused.log()[-3000:]
+    assert f"grant DESCRIBE_CONFIGS on group '{group_id}'" in refused.log()
+    grant(secured.admin, f"User:{APP_USER}", share_groups=[group_id])
+    coords = produce(secured.admin, topics["in"], metrics_events(EVENTS, seed=62))
+    (tmp_path / "granted").mkdir()
+    service = _start(tmp_path / "granted", topics, group_id, settings)
+    try:
+        outputs = read_topic(secured.admin, topics["out"], expected=len(coords))
+    finally:
+        code = service.stop()
+    assert code == 0, service.log()[-3000:]
+    assert counts([source_of(o) for o in outputs]) == counts(coords)
+
+
 def test_the_pipeline_runs_over_mtls_with_the_key_passphrase_from_a_file(
     tmp_path, secured, secured_topics, group_id
 ):

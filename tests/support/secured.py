@@ -107,10 +107,12 @@ def grant(
     groups: Iterable[str] = (),
     group_prefixes: Iterable[str] = (),
     transactional_ids: Iterable[str] = (),
+    share_groups: Iterable[str] = (),
 ) -> None:
     """The least the service needs, as ACLs on ``principal`` (``User:app``): READ and DESCRIBE on the
     topics it reads, WRITE and DESCRIBE on those it writes, READ on its groups (and on groups by prefix),
-    and, exactly-once, WRITE and DESCRIBE on its transactional ids."""
+    exactly-once, WRITE and DESCRIBE on its transactional ids, and on a share group READ,
+    DESCRIBE_CONFIGS and ALTER_CONFIGS (its start offset is set at start-up)."""
     read, write = list(read), list(write)
     for operation in (AclOperation.READ, AclOperation.DESCRIBE):
         allow(admin, principal, ResourceType.TOPIC, read, operation)
@@ -122,6 +124,9 @@ def grant(
     )
     for operation in (AclOperation.WRITE, AclOperation.DESCRIBE):
         allow(admin, principal, ResourceType.TRANSACTIONAL_ID, transactional_ids, operation)
+    share_groups = list(share_groups)
+    for operation in (AclOperation.READ, AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS):
+        allow(admin, principal, ResourceType.GROUP, share_groups, operation)
 
 
 def secret_file(folder: Path, name: str, secret: str) -> str:
