@@ -12,6 +12,7 @@ SERVICE_KNEE = "service-knee"
 SERVICE_SWEPT = "service-swept"
 SERVICE_STREAM = "service-stream"
 SERVICE_EXACTLY_ONCE = "service-exactly-once"
+SERVICE_SHARE = "service-share-group"
 PLAIN = "plain"
 """A plain consume -> produce loop written for speed with confluent-kafka alone: the transport ceiling."""
 PASSTHROUGH = "passthrough"
@@ -64,6 +65,21 @@ def _exactly_once(hint: float, light: bool = False) -> System:
         defaults=True,
         light=light,
         load_of=SERVICE_STREAM,
+    )
+
+
+def _share(hint: float) -> System:
+    """The defaults reading through a share group (``KAFKA__GROUP_TYPE=share``): each record acknowledged
+    on its own instead of an offset per partition. Drain only: what per-record acknowledgement costs."""
+    return System(
+        SERVICE_SHARE,
+        "service, share group (default settings, MICROBATCH_KAFKA__GROUP_TYPE=share)",
+        ("service", "run"),
+        True,
+        hint,
+        env=(("KAFKA__GROUP_TYPE", "share"),),
+        defaults=True,
+        latency=False,
     )
 
 
@@ -136,6 +152,7 @@ SCENARIOS: dict[str, Scenario] = {
                 pin_to=SERVICE,
             ),
             _exactly_once(100_000, light=True),
+            _share(100_000),
             System(
                 SERVICE_SWEPT,
                 "service, batch size pinned at the sweep's knee",
@@ -190,6 +207,7 @@ SCENARIOS: dict[str, Scenario] = {
             Ratio(SERVICE_SWEPT, PLAIN),
             Ratio(SERVICE, PLAIN, 0.8),
             Ratio(SERVICE_EXACTLY_ONCE, SERVICE, 0.8),
+            Ratio(SERVICE_SHARE, SERVICE, 0.8),
             Ratio(PASSTHROUGH, PLAIN),
             Ratio(SERVICE, BATCH_LOOP),
             Ratio(SERVICE_LOOP_SIZE, BATCH_LOOP),

@@ -74,9 +74,10 @@ class KafkaSettings(Section):
     order), or ``share``, a share group (KIP-932, Kafka 4.2+; experimental while the client calls it a
     preview): the brokers hand each record to one member, so replicas may outnumber partitions; no order,
     no exactly-once, no assembled rows. docs/RELIABILITY.md, *Share groups*."""
-    share_members: int = Field(2, ge=1, le=16)
+    share_members: int = Field(4, ge=1, le=16)
     """Share groups: the members each replica runs. A member fetches again only once every record of its
-    last fetch is acknowledged, so a second one fetches while the first one's records compute."""
+    last fetch is acknowledged, so others fetch while its records compute (docs/BENCHMARKS.md, *Share
+    groups*, has the sweep)."""
     share_max_records: int = Field(64, ge=1, le=10_000)
     """Share groups: the most records one member acquires per fetch (``max.poll.records``); what a
     replica holds at once is at most this times ``SHARE_MEMBERS``, and all of it must be answered within

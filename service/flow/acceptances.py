@@ -59,17 +59,21 @@ class Acceptances:
         self._telemetry = telemetry
         self._clock = clock
         self._waiting: dict[Key, int] = {}  # outputs each unanswered record still awaits, oldest first
-        self._received: dict[Key, float] = {}  # when each was acquired
+        self._received: dict[Key, float] = {}  # when each was acquired, oldest first
+        self._outstanding = 0  # the sum of ``_waiting``: asked every loop round
         self._checked = 0.0
         self._stale = 0
 
     def track(self, records: Sequence[InputRecord]) -> None:
         """Each of ``records`` awaits one output. A record delivered again while still waiting (its lock
         ran out) is tracked afresh: its earlier outputs count for the new delivery too."""
+        waiting, received = self._waiting, self._received
         for record in records:
             key = _key(record)
-            self._waiting[key] = 1
-            self._received[key] = record.received
+            self._outstanding += 1 - waiting.get(key, 0)
+            waiting[key] = 1
+            received.pop(key, None)
+            received[key] = record.received
         if records:
             self._telemetry.acquired([record.delivery_count for record in records])
 
@@ -82,6 +86,7 @@ class Acceptances:
             if key not in self._waiting:
                 continue
             if outputs:
+                self._outstanding += outputs - self._waiting[key]
                 self._waiting[key] = outputs
             else:
                 done.append(record)
@@ -117,6 +122,7 @@ class Acceptances:
                 self._stale += 1
             elif left > 1:
                 waiting[key] = left - 1
+                self._outstanding -= 1
             else:
                 done.append(record)
                 self._forget(key)
@@ -127,7 +133,7 @@ class Acceptances:
         self._telemetry.answered(Ack.ACCEPT, self._source.acknowledge(done, Ack.ACCEPT))
 
     def _forget(self, key: Key) -> None:
-        del self._waiting[key]
+        self._outstanding -= self._waiting.pop(key)
         del self._received[key]
 
     def _check_locks(self, now: float) -> None:
@@ -162,7 +168,7 @@ class Acceptances:
 
     def in_flight(self) -> int:
         """Outputs of acquired records not acknowledged yet."""
-        return sum(self._waiting.values())
+        return self._outstanding
 
     def owned(self) -> int:
         """The members reading (a share group has no partitions of this replica's own)."""

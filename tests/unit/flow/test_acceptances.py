@@ -90,12 +90,15 @@ def test_a_record_that_fans_out_is_accepted_with_its_last_output(parts):
     acks.track([fans, empty])
     acks.expect([(fans, 3), (empty, 0)])  # an empty request is done at once
     assert source.answered[Ack.ACCEPT] == [(IN, 0, 1)]
+    assert acks.in_flight() == 3
     sink.send_all([out(fans), out(fans)])
     acks.poll()
     assert source.answered[Ack.ACCEPT] == [(IN, 0, 1)]
+    assert acks.in_flight() == 1
     sink.send_all([out(fans)])
     acks.poll()
     assert source.answered[Ack.ACCEPT] == [(IN, 0, 1), (IN, 0, 0)]
+    assert acks.in_flight() == 0
 
 
 def test_a_dead_letter_answers_its_record(parts):
