@@ -8,7 +8,6 @@ missing topic stays missing), started once per module and stopped by PID at the 
 
 from __future__ import annotations
 
-import contextlib
 import os
 from collections.abc import Iterator
 
@@ -22,6 +21,7 @@ from tests.support.broker import (
     MakeTopic,
     checked_kafka_sh,
     make_topic_factory,
+    private_broker,
 )
 
 FAULT_PORT = int(os.environ.get("KAFKA_FAULT_PORT", "19192"))
@@ -32,23 +32,8 @@ CLUSTER_SIZE = 3
 
 @pytest.fixture(scope="module")
 def fault_broker() -> Iterator[FaultBroker]:
-    state_dir = REPO_ROOT / ".local" / f"kafka-fault-{FAULT_PORT}"
-    env = {
-        **os.environ,
-        "KAFKA_PORT": str(FAULT_PORT),
-        "KAFKA_CONTROLLER_PORT": str(FAULT_PORT + 1),
-        "KAFKA_STATE_DIR": str(state_dir),
-        "KAFKA_AUTO_CREATE": "false",
-    }
-    broker = FaultBroker(f"127.0.0.1:{FAULT_PORT}", env, state_dir)
-    broker.sh("reset")  # fresh data: earlier runs' topics must not leak in
-    broker.start()
-    try:
+    with private_broker(FAULT_PORT, "fault", KAFKA_AUTO_CREATE="false") as broker:
         yield broker
-    finally:
-        with contextlib.suppress(OSError, ValueError):  # not frozen, or already down
-            broker.thaw()
-        broker.sh("down")
 
 
 @pytest.fixture

@@ -118,6 +118,17 @@ def test_the_pipeline_runs_over_scram_and_tls_with_the_password_from_a_file(
         assert secret not in log
 
 
+def _refused_without_more(tmp_path, secured: Secured, topics, group_id, settings: dict[str, str]) -> str:
+    """Grant only the topics' ACLs and start the service with ``settings``: it must stop at start-up with
+    exit 3. Returns its log."""
+    grant(secured.admin, f"User:{APP_USER}", read=[topics["in"]], write=[topics["out"], topics["dlq"]])
+    (tmp_path / "refused").mkdir()
+    refused = _start(tmp_path / "refused", topics, group_id, settings)
+    code = refused.proc.wait(timeout=90)
+    assert code == 3, refused.log()[-3000:]
+    return refused.log()
+
+
 def test_exactly_once_needs_write_and_describe_on_its_transactional_id_and_says_so(
     tmp_path, secured, secured_topics, group_id
 ):
@@ -125,14 +136,8 @@ def test_exactly_once_needs_write_and_describe_on_its_transactional_id_and_says_
     answered once and committed in transactions."""
     settings = scram_settings(secured, tmp_path, delivery__guarantee="exactly-once", kafka__instance_id="r0")
     topics = secured_topics
-    grant(secured.admin, f"User:{APP_USER}", read=[topics["in"]], write=[topics["out"], topics["dlq"]])
-    (tmp_path / "refused").mkdir()
-    refused = _start(tmp_path / "refused", topics, group_id, settings)
-    code = refused.proc.wait(timeout=90)
-    assert code == 3, refused.log()[-3000:]
-    assert (
-        f"not authorised to use transactional id '{group_id}.r0': grant WRITE and DESCRIBE" in refused.log()
-    )
+    refused = _refused_without_more(tmp_path, secured, topics, group_id, settings)
+    assert f"not authorised to use transactional id '{group_id}.r0': grant WRITE and DESCRIBE" in refused
     grant(secured.admin, f"User:{APP_USER}", transactional_ids=[f"{group_id}.r0"])
     _serve_all(tmp_path, secured, topics, group_id, f"User:{APP_USER}", settings)
 
@@ -144,12 +149,8 @@ def test_a_share_group_needs_read_and_its_configs_on_the_group_and_says_so(
     DESCRIBE_CONFIGS and ALTER_CONFIGS on the group, every input is answered."""
     settings = scram_settings(secured, tmp_path, kafka__group_type="share")
     topics = secured_topics
-    grant(secured.admin, f"User:{APP_USER}", read=[topics["in"]], write=[topics["out"], topics["dlq"]])
-    (tmp_path / "refused").mkdir()
-    refused = _start(tmp_path / "refused", topics, group_id, settings)
-    code = refused.proc.wait(timeout=90)
-    assert code == 3, refused.log()[-3000:]
-    assert f"grant DESCRIBE_CONFIGS on group '{group_id}'" in refused.log()
+    refused = _refused_without_more(tmp_path, secured, topics, group_id, settings)
+    assert f"grant DESCRIBE_CONFIGS on group '{group_id}'" in refused
     grant(secured.admin, f"User:{APP_USER}", share_groups=[group_id])
     coords = produce(secured.admin, topics["in"], metrics_events(EVENTS, seed=62))
     (tmp_path / "granted").mkdir()

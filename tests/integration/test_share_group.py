@@ -16,7 +16,7 @@ from service.errors import EnvironmentNotReadyError, Reason
 from service.tools.processes import Child
 from service.tools.topics import TopicAdmin
 from service.tools.verify import verify
-from tests.support.broker import REPO_ROOT, FaultBroker
+from tests.support.broker import FaultBroker, private_broker
 from tests.support.harness import (
     dlq_source_of,
     metrics_events,
@@ -121,21 +121,8 @@ NO_SHARE_PORT = int(os.environ.get("KAFKA_NO_SHARE_PORT", "19592"))
 @pytest.fixture(scope="module")
 def broker_without_share_groups() -> Iterator[FaultBroker]:
     """A broker of its own, formatted with share groups off (the feature ``share.version`` at 0)."""
-    state_dir = REPO_ROOT / ".local" / f"kafka-no-share-{NO_SHARE_PORT}"
-    env = {
-        **os.environ,
-        "KAFKA_PORT": str(NO_SHARE_PORT),
-        "KAFKA_CONTROLLER_PORT": str(NO_SHARE_PORT + 1),
-        "KAFKA_STATE_DIR": str(state_dir),
-        "KAFKA_FEATURES": "share.version=0",
-    }
-    broker = FaultBroker(f"127.0.0.1:{NO_SHARE_PORT}", env, state_dir)
-    broker.sh("reset")
-    broker.start()
-    try:
+    with private_broker(NO_SHARE_PORT, "no-share", KAFKA_FEATURES="share.version=0") as broker:
         yield broker
-    finally:
-        broker.sh("down")
 
 
 def test_brokers_without_share_groups_stop_the_service_with_one_line(tmp_path, broker_without_share_groups):

@@ -120,6 +120,30 @@ class FaultBroker:
         os.kill(self.pid, signal.SIGCONT)
 
 
+@contextlib.contextmanager
+def private_broker(port: int, name: str, **env: str) -> Iterator[FaultBroker]:
+    """A broker of the caller's own on ``port`` (its controller on the next one), its state in
+    ``.local/kafka-<name>-<port>`` wiped first, with ``env`` beside (``KAFKA_AUTO_CREATE="false"``,
+    ``KAFKA_FEATURES=...``); thawed if frozen, and stopped by PID at the end."""
+    state_dir = REPO_ROOT / ".local" / f"kafka-{name}-{port}"
+    full = {
+        **os.environ,
+        "KAFKA_PORT": str(port),
+        "KAFKA_CONTROLLER_PORT": str(port + 1),
+        "KAFKA_STATE_DIR": str(state_dir),
+        **env,
+    }
+    broker = FaultBroker(f"127.0.0.1:{port}", full, state_dir)
+    broker.sh("reset")  # fresh data: earlier runs' topics must not leak in
+    broker.start()
+    try:
+        yield broker
+    finally:
+        with contextlib.suppress(OSError, ValueError):  # not frozen, or already down
+            broker.thaw()
+        broker.sh("down")
+
+
 # A node thawed after a freeze may answer Metadata from its stale cache for a moment: "healed" must be
 # seen this many times in a row (each time by a new client, from whichever node it reached first).
 HEALED_POLLS = 3
