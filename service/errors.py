@@ -11,7 +11,8 @@ The tree, with each class's exit code (the CLI exits with ``type(error).exit_cod
     │   └── NotAuthorizedError      3  the cluster's ACLs refuse the principal what the command needs
     ├── CouldNotCheckError          4  verify could not read what it checks (a permission it lacks)
     ├── FatalKafkaError             1  librdkafka reported a fatal error; keeps its error code
-    │   └── FencedError             5  another live instance took this one's transactional id
+    │   ├── FencedError             5  another live instance took this one's transactional id
+    │   └── TransactionStateError   6  the coordinator holds the transaction where only a restart goes on
     ├── StalledError                6  a client call blocked past its own timeout: the process exits
     ├── EngineFailedError           1  the model fails on a known-good sample: the runtime is broken
     ├── BatchMismatchError          1  a processor or model broke one-result-per-input
@@ -133,6 +134,15 @@ class FencedError(FatalKafkaError):
     (exit 5), and say which setting gives each replica an id of its own."""
 
     exit_code = 5
+
+
+class TransactionStateError(FatalKafkaError):
+    """Exactly-once: the transaction coordinator answered with a state this producer cannot go on from
+    (``INVALID_TXN_STATE``, fatal in librdkafka: seen when an abort met a coordinator that had just moved).
+    The producer is unusable; a restart under the same transactional id registers it afresh, which ends
+    whatever was open. Exit 6, as :class:`StalledError`: both ask the orchestrator for that restart."""
+
+    exit_code = 6
 
 
 class StalledError(MicrobatchError):

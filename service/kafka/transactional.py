@@ -35,6 +35,7 @@ from service.errors import (
     FencedError,
     NotAuthorizedError,
     TransactionAborted,
+    TransactionStateError,
 )
 from service.flow.encode import replace_refused
 from service.flow.records import InputRecord, OutRecord, TopicPartition
@@ -188,7 +189,9 @@ class TransactionalSink(Sink):
             try:
                 self._call("abort_transaction", lambda: self._producer.abort_transaction(self._timeout_s))
             except _Abort as abort:  # an abort that cannot complete leaves nothing to go on with
-                raise FatalKafkaError("producer", 0, "abort_failed", abort.why) from None
+                raise self._stuck(
+                    0, "abort_failed", f"the open transaction could not be aborted: {abort.why}"
+                ) from None
         self._ended()
 
     def _ended(self) -> None:
@@ -226,6 +229,8 @@ class TransactionalSink(Sink):
         except FatalKafkaError as exc:
             if exc.code in _FENCED:
                 raise self._fenced() from None
+            if exc.code == KafkaError.INVALID_TXN_STATE and not isinstance(exc, TransactionStateError):
+                raise self._stuck(exc.code, exc.name, str(exc)) from None
             raise
         except KafkaException as exc:
             err: KafkaError = exc.args[0]
@@ -236,7 +241,18 @@ class TransactionalSink(Sink):
     def _fatal_error(self, err: KafkaError) -> FatalKafkaError:
         if err.code() in _FENCED:
             return self._fenced()
+        if err.code() == KafkaError.INVALID_TXN_STATE:
+            return self._stuck(err.code(), err.name(), self._redact(err.str()))
         return FatalKafkaError("producer", err.code(), err.name(), self._redact(err.str()))
+
+    def _stuck(self, code: int, name: str, why: str) -> TransactionStateError:
+        """The producer cannot go on with its transaction: only a restart under the same id ends it."""
+        return TransactionStateError(
+            "producer",
+            code,
+            name,
+            f"{why}; exiting so that a restart under transactional id {self._id!r} ends it",
+        )
 
     def _fenced(self) -> FencedError:
         return FencedError(

@@ -5,11 +5,11 @@ offsets stayed behind), and each call to the coordinator is guarded against a st
 from __future__ import annotations
 
 import pytest
-from confluent_kafka import KafkaError
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from service.config import KafkaSettings
-from service.errors import StalledError, TransactionAborted
+from service.errors import StalledError, TransactionAborted, TransactionStateError
 from service.flow.records import InputRecord, OutRecord, TopicPartition
 from service.kafka.stall import GRACE_S, Stall
 from service.kafka.transactional import TransactionalSink
@@ -147,3 +147,21 @@ def test_a_failed_delivery_is_the_reason_given(parts):
     callback(KafkaError(KafkaError._MSG_TIMED_OUT), Report((topic, value, key)))
     with pytest.raises(TransactionAborted, match="delivery to out failed"):
         sink.commit({})
+
+
+def test_an_abort_the_coordinator_refuses_asks_for_a_restart(parts):
+    """Seen when an abort met a coordinator that had just moved: fatal INVALID_TXN_STATE. Only a restart
+    under the same transactional id ends the transaction, so the exit code is the one that asks for it."""
+    sink, producer, *_ = parts
+
+    def refused(timeout_s: float) -> None:
+        raise KafkaException(
+            KafkaError(KafkaError.INVALID_TXN_STATE, "Failed to end transaction", fatal=True)
+        )
+
+    producer.abort_transaction = refused  # type: ignore[method-assign]
+    sink.send_all([out(0)])  # never acknowledged: the commit aborts instead
+    with pytest.raises(TransactionStateError) as raised:
+        sink.commit({("in", 0): 1})
+    assert raised.value.exit_code == 6
+    assert "restart under transactional id 'g.i'" in str(raised.value)
