@@ -113,8 +113,6 @@ class ShareSource(Source):
         self._next = 0
         self._paused = False
         self._served = 0.0
-        self.acquired = 0
-        """Records acquired since start, redeliveries included."""
 
     def prepare(self, timeout_s: float) -> ShareGroup:
         """Make the group start where a consumer group would (``AUTO_OFFSET_RESET``: a new share group
@@ -224,7 +222,6 @@ class ShareSource(Source):
             self._fetched.append(record)
             got += 1
         self._held[i] += got
-        self.acquired += got
         return got
 
     def _serve(self) -> None:
