@@ -126,6 +126,7 @@ class FatalKafkaError(MicrobatchError):
         self.client = client
         self.code = code
         self.name = name
+        self.message = message
 
 
 class FencedError(FatalKafkaError):

@@ -27,9 +27,9 @@ class LastDelivery:
 
     def decode(self, records: Sequence[InputRecord]) -> Decoding:
         limit = self._limit
-        if not any((record.delivery_count or 0) >= limit for record in records):
-            return self._inner.decode(records)
         last = [record for record in records if (record.delivery_count or 0) >= limit]
+        if not last:
+            return self._inner.decode(records)
         items, rejected, counts = self._inner.decode([r for r in records if (r.delivery_count or 0) < limit])
         detail = (
             f"delivered {limit} times (share.delivery.count.limit) without an answer: not processed again"

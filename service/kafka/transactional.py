@@ -222,16 +222,14 @@ class TransactionalSink(Sink):
 
     @contextmanager
     def _fencing(self) -> Iterator[None]:
-        """A fatal error reported by the producer (through its error callback, or raised by a call), as
-        FencedError when it was fenced."""
+        """A fatal error reported by the producer (through its error callback, or raised by a call), sorted
+        by :meth:`_as_fatal`."""
         try:
             yield
         except FatalKafkaError as exc:
-            if exc.code in _FENCED:
-                raise self._fenced() from None
-            if exc.code == KafkaError.INVALID_TXN_STATE and not isinstance(exc, TransactionStateError):
-                raise self._stuck(exc.code, exc.name, str(exc)) from None
-            raise
+            if type(exc) is not FatalKafkaError:
+                raise  # sorted already
+            raise self._as_fatal(exc.code, exc.name, exc.message) from None
         except KafkaException as exc:
             err: KafkaError = exc.args[0]
             if not err.fatal():
@@ -239,11 +237,16 @@ class TransactionalSink(Sink):
             raise self._fatal_error(err) from None
 
     def _fatal_error(self, err: KafkaError) -> FatalKafkaError:
-        if err.code() in _FENCED:
+        return self._as_fatal(err.code(), err.name(), self._redact(err.str()))
+
+    def _as_fatal(self, code: int, name: str, message: str) -> FatalKafkaError:
+        """A fatal error, as what it asks of the operator: FencedError when another process took the id,
+        TransactionStateError when only a restart under it goes on, FatalKafkaError otherwise."""
+        if code in _FENCED:
             return self._fenced()
-        if err.code() == KafkaError.INVALID_TXN_STATE:
-            return self._stuck(err.code(), err.name(), self._redact(err.str()))
-        return FatalKafkaError("producer", err.code(), err.name(), self._redact(err.str()))
+        if code == KafkaError.INVALID_TXN_STATE:
+            return self._stuck(code, name, message)
+        return FatalKafkaError("producer", code, name, message)
 
     def _stuck(self, code: int, name: str, why: str) -> TransactionStateError:
         """The producer cannot go on with its transaction: only a restart under the same id ends it."""
